@@ -1,0 +1,1 @@
+"""Implementations of the Backend port: the in-process tool loop and Claude Code."""

@@ -1,0 +1,1 @@
+"""``%%iterion`` and ``%iterion``: thin magics that delegate to the session."""

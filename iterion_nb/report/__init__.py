@@ -1,0 +1,1 @@
+"""Run reports: a run exported to self-contained HTML and to Markdown."""

@@ -1,0 +1,1 @@
+"""Jupyter server extension entry points (the REST API behind Jupyter's auth)."""

@@ -1,0 +1,1 @@
+"""Implementations of the Store port: in-memory, DuckDB, and the remote client."""

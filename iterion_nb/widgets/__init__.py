@@ -1,0 +1,1 @@
+"""anywidget models; ``static/`` holds the bundle built from ``js/``."""
