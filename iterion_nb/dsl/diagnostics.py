@@ -1,0 +1,141 @@
+"""Diagnostics: problems found in a workflow source, as data.
+
+The compiler collects every problem it can find (never only the first) into a
+:class:`Diagnostics` list; rendering them for a person is a separate function
+so that the CLI, the magics and the JSON output share one representation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+from iterion_nb.dsl.codes import CODES
+from iterion_nb.dsl.source import Source, Span
+
+#: Past this many problems the rest are summarised, so garbage input cannot
+#: produce an unreadable wall of text.
+MAX_DIAGNOSTICS = 200
+
+
+class Severity(StrEnum):
+    """How bad a diagnostic is: errors stop compilation, warnings do not."""
+
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One problem: a code, a severity, a message and where it is."""
+
+    code: str
+    severity: Severity
+    message: str
+    span: Span
+
+    @property
+    def line(self) -> int:
+        """1-based line of the start of the problem."""
+        return self.span.line
+
+    @property
+    def column(self) -> int:
+        """1-based column of the start of the problem."""
+        return self.span.column
+
+    def to_json(self) -> dict[str, str | int]:
+        """The JSON shape used by ``iterion-nb validate --json``."""
+        return {
+            "code": self.code,
+            "severity": self.severity.value,
+            "message": self.message,
+            "line": self.line,
+            "column": self.column,
+        }
+
+
+class Diagnostics:
+    """An ordered collection that stage code appends problems to."""
+
+    def __init__(self) -> None:
+        self._items: list[Diagnostic] = []
+        self._seen: set[tuple[str, Span, str]] = set()
+        self.truncated = 0
+
+    def add(
+        self,
+        code: str,
+        message: str,
+        span: Span,
+        severity: Severity | None = None,
+    ) -> None:
+        """Record a problem; the severity defaults to the code's own."""
+        key = (code, span, message)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        if len(self._items) >= MAX_DIAGNOSTICS:
+            self.truncated += 1
+            return
+        sev = severity or CODES[code].severity
+        self._items.append(Diagnostic(code, Severity(sev), message, span))
+
+    def extend(self, other: Iterable[Diagnostic]) -> None:
+        """Append already-built diagnostics."""
+        for d in other:
+            self.add(d.code, d.message, d.span, d.severity)
+
+    def __iter__(self) -> Iterator[Diagnostic]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def has_errors(self) -> bool:
+        """Whether any collected problem is an error."""
+        return any(d.severity is Severity.ERROR for d in self._items)
+
+    def sorted(self) -> list[Diagnostic]:
+        """The problems in source order (stable for the same position)."""
+        return sorted(self._items, key=lambda d: (d.span.line, d.span.column, d.code))
+
+
+def render(diagnostic: Diagnostic, source: Source) -> str:
+    """Render one diagnostic as ``file:line:col``, the line, and a caret.
+
+    Example::
+
+        flow.iter:7:9: error[C001]: unknown node 'reviwer' in edge
+            7 |   plan -> reviwer
+              |           ^^^^^^^
+    """
+    span = diagnostic.span
+    head = (
+        f"{source.name}:{span.line}:{span.column}: "
+        f"{diagnostic.severity.value}[{diagnostic.code}]: {diagnostic.message}"
+    )
+    if not source.text:
+        return head
+    text = source.line_text(span.line)
+    shown = _printable(text)
+    gutter = str(span.line).rjust(5)
+    end = span.end_column if span.end_line == span.line else len(text) + 1
+    width = max(1, min(end, len(shown) + 1) - span.column)
+    pad = " " * (len(gutter) + 1)
+    caret = " " * (span.column - 1) + "^" * width
+    return f"{head}\n{gutter} | {shown}\n{pad}| {caret}"
+
+
+def render_all(diagnostics: Iterable[Diagnostic], source: Source) -> str:
+    """Render several diagnostics, separated by blank lines."""
+    return "\n\n".join(render(d, source) for d in diagnostics)
+
+
+def _printable(text: str) -> str:
+    """Show control characters as spaces so the caret stays aligned."""
+    if len(text) > 400:
+        text = text[:400]
+    return "".join(ch if ch.isprintable() else " " for ch in text)

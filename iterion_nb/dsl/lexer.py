@@ -1,0 +1,287 @@
+"""Lexer: source text to tokens, with the indentation pass.
+
+The language is line-oriented and indentation-significant. At bracket depth
+zero each logical line ends with ``NEWLINE`` and changes of indentation become
+``INDENT``/``DEDENT`` tokens; inside ``[...]``, ``{...}`` or ``(...)`` lines
+continue freely. The body of a ``prompt NAME:`` declaration is not tokenised:
+every following line indented deeper than the header (and blank lines between
+them) becomes one ``RAW`` token, so prompt text may contain any characters.
+
+Problems never raise: they are added to the :class:`Diagnostics` and the lexer
+carries on, so that one run reports every problem.
+"""
+
+from __future__ import annotations
+
+import re
+
+from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.source import Source, Span
+from iterion_nb.dsl.tokens import RawLine, Token, TokenKind
+
+_TOKEN_RE = re.compile(
+    r"""
+    (?P<space>[ \t]+)
+  | (?P<comment>\#\#.*)
+  | (?P<arrow>->)
+  | (?P<number>-?[0-9]+(?:\.[0-9]+)?[A-Za-z0-9_]*)
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<open_string>".*)
+  | (?P<punct>[:,=\[\]{}()])
+  | (?P<bad>.)
+    """,
+    re.VERBOSE,
+)
+_SIMPLE = {"arrow": TokenKind.ARROW, "number": TokenKind.NUMBER, "ident": TokenKind.IDENT}
+_ESCAPE_RE = re.compile(r"\\(.)")
+
+_PUNCT = {
+    ":": TokenKind.COLON,
+    ",": TokenKind.COMMA,
+    "=": TokenKind.EQUALS,
+    "[": TokenKind.LBRACKET,
+    "]": TokenKind.RBRACKET,
+    "{": TokenKind.LBRACE,
+    "}": TokenKind.RBRACE,
+    "(": TokenKind.LPAREN,
+    ")": TokenKind.RPAREN,
+}
+_OPENERS = {"[": "]", "{": "}", "(": ")"}
+_ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
+
+
+def _decode(body: str) -> str:
+    r"""Decode the escapes of a string's body (``\"``, ``\\``, ``\n``, ``\t``)."""
+    if "\\" not in body:
+        return body
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), m.group()), body)
+
+
+def _indent_width(text: str) -> tuple[int, int | None]:
+    """Width of the leading whitespace, and the column of a tab in it if any."""
+    width = 0
+    tab_col: int | None = None
+    for ch in text:
+        if ch == " ":
+            width += 1
+        elif ch == "\t":
+            if tab_col is None:
+                tab_col = width + 1
+            width += 2
+        else:
+            break
+    return width, tab_col
+
+
+class Lexer:
+    """Turns a :class:`Source` into a list of tokens."""
+
+    def __init__(self, source: Source, diagnostics: Diagnostics) -> None:
+        self.source = source
+        self.diags = diagnostics
+        self.tokens: list[Token] = []
+        self._indents = [0]
+        self._brackets: list[tuple[str, Span]] = []
+        self._bracket_indent = 0
+
+    def tokenize(self) -> list[Token]:
+        """Produce every token, ending with ``EOF``."""
+        lines = self.source.lines
+        i = 0
+        while i < len(lines):
+            text = lines[i]
+            line_no = i + 1
+            if self._brackets and self._continues(text):
+                self._scan(text, 0, line_no)
+            else:
+                self._close_dangling(line_no)
+                start = len(text) - len(text.lstrip(" \t"))
+                rest = text[start:]
+                if not rest or rest.startswith("##"):
+                    i += 1
+                    continue
+                width, tab_col = _indent_width(text)
+                if tab_col is not None:
+                    self.diags.add(
+                        "S002",
+                        "tab used for indentation; indent with 2 spaces",
+                        Span.point(line_no, tab_col),
+                    )
+                self._indent_to(width, line_no, start + 1)
+                first = len(self.tokens)
+                self._scan(text, start, line_no)
+                if self._is_prompt_header(first):
+                    i = self._raw_block(i + 1, width)
+                    continue
+            i += 1
+        self._finish()
+        return self.tokens
+
+    # -- bracket continuation -------------------------------------------
+    def _continues(self, text: str) -> bool:
+        """Whether a line inside open brackets continues them.
+
+        A continuation is indented deeper than the line that opened the
+        bracket, or starts by closing it; anything else is a new statement
+        and the bracket was left open by mistake.
+        """
+        stripped = text.lstrip(" \t")
+        if not stripped or stripped[0] in ")]}" or stripped.startswith("##"):
+            return True
+        width, _ = _indent_width(text)
+        return width > self._bracket_indent
+
+    def _close_dangling(self, line_no: int) -> None:
+        if not self._brackets:
+            return
+        for opener, span in self._brackets:
+            self.diags.add("S001", f"'{opener}' is never closed", span)
+        self._brackets.clear()
+        prev = self.source.line_text(line_no - 1)
+        self._newline(Span.point(line_no - 1, len(prev) + 1))
+
+    # -- indentation ----------------------------------------------------
+    def _indent_to(self, width: int, line_no: int, column: int) -> None:
+        here = Span.point(line_no, column)
+        if width > self._indents[-1]:
+            self._indents.append(width)
+            self.tokens.append(Token(TokenKind.INDENT, "", here))
+            return
+        while width < self._indents[-1]:
+            self._indents.pop()
+            self.tokens.append(Token(TokenKind.DEDENT, "", here))
+        if width != self._indents[-1]:
+            self.diags.add(
+                "S005",
+                f"inconsistent dedent: indentation of {width} matches no enclosing"
+                f" block (expected {self._indents[-1]})",
+                Span.point(line_no, 1, column - 1),
+            )
+            self._indents.append(width)
+            self.tokens.append(Token(TokenKind.INDENT, "", here))
+
+    def _finish(self) -> None:
+        end_line = len(self.source.lines)
+        end = Span.point(end_line, len(self.source.line_text(end_line)) + 1)
+        for opener, span in self._brackets:
+            self.diags.add("S001", f"'{opener}' is never closed", span)
+        if self._brackets:
+            self._brackets.clear()
+            self._newline(end)
+        while len(self._indents) > 1:
+            self._indents.pop()
+            self.tokens.append(Token(TokenKind.DEDENT, "", end))
+        self.tokens.append(Token(TokenKind.EOF, "", end))
+
+    def _newline(self, span: Span) -> None:
+        if self.tokens and self.tokens[-1].kind not in (
+            TokenKind.NEWLINE,
+            TokenKind.INDENT,
+            TokenKind.DEDENT,
+        ):
+            self.tokens.append(Token(TokenKind.NEWLINE, "", span))
+
+    # -- one line -------------------------------------------------------
+    def _scan(self, text: str, pos: int, line_no: int) -> None:
+        append = self.tokens.append
+        for m in _TOKEN_RE.finditer(text, pos):
+            group = m.lastgroup
+            if group == "space":
+                continue
+            if group == "comment":
+                break
+            value = m.group()
+            col = m.start() + 1
+            span = Span(line_no, col, line_no, col + len(value))
+            kind = _SIMPLE.get(group or "")
+            if kind is not None:
+                append(Token(kind, value, span))
+            elif group == "punct":
+                self._punct(value, span)
+            elif group == "string":
+                append(Token(TokenKind.STRING, _decode(value[1:-1]), span))
+            elif group == "open_string":
+                self.diags.add(
+                    "S003",
+                    "unterminated string: add a closing '\"' on the same line",
+                    Span.point(line_no, col),
+                )
+                append(Token(TokenKind.STRING, _decode(value[1:]), span))
+            elif value == "#":
+                self.diags.add("S008", "unexpected character '#': comments start with '##'", span)
+                break
+            else:
+                self.diags.add("S008", f"unexpected character {value!r}", span)
+        if not self._brackets:
+            self._newline(Span.point(line_no, len(text) + 1))
+
+    def _punct(self, value: str, span: Span) -> None:
+        if value in _OPENERS:
+            if not self._brackets:
+                self._bracket_indent = _indent_width(self.source.line_text(span.line))[0]
+            self._brackets.append((value, span))
+        elif value in ")]}":
+            if self._brackets and _OPENERS[self._brackets[-1][0]] == value:
+                self._brackets.pop()
+            elif self._brackets:
+                opener = self._brackets[-1][0]
+                self.diags.add(
+                    "S001",
+                    f"'{value}' closes '{opener}'; expected '{_OPENERS[opener]}'",
+                    span,
+                )
+                self._brackets.pop()
+            else:
+                self.diags.add("S001", f"'{value}' has no matching opener", span)
+                return
+        self.tokens.append(Token(_PUNCT[value], value, span))
+
+    # -- prompt text blocks ---------------------------------------------
+    def _is_prompt_header(self, first: int) -> bool:
+        line = self.tokens[first:]
+        kinds = [t.kind for t in line]
+        return (
+            kinds == [TokenKind.IDENT, TokenKind.IDENT, TokenKind.COLON, TokenKind.NEWLINE]
+            and line[0].text == "prompt"
+        )
+
+    def _raw_block(self, index: int, header_width: int) -> int:
+        """Collect the indented text block after a prompt header."""
+        lines = self.source.lines
+        body: list[tuple[int, str]] = []
+        k = index
+        while k < len(lines):
+            text = lines[k]
+            if text.strip() == "":
+                body.append((k + 1, ""))
+                k += 1
+                continue
+            width, tab_col = _indent_width(text)
+            if width <= header_width:
+                break
+            if tab_col is not None:
+                self.diags.add(
+                    "S002",
+                    "tab used for indentation; indent with 2 spaces",
+                    Span.point(k + 1, tab_col),
+                )
+            lead = len(text) - len(text.lstrip(" \t"))
+            body.append((k + 1, text[:lead].replace("\t", "  ") + text[lead:]))
+            k += 1
+        while body and body[-1][1] == "":
+            body.pop()
+            k -= 1
+        if not body:
+            return k
+        margin = min(_indent_width(t)[0] for _, t in body if t)
+        raw = tuple(RawLine(t[margin:] if t else "", no, margin + 1) for no, t in body)
+        span = Span(raw[0].line, raw[0].column, raw[-1].line, raw[-1].column + len(raw[-1].text))
+        text = "\n".join(r.text for r in raw)
+        self.tokens.append(Token(TokenKind.RAW, text, span, raw))
+        return k
+
+
+def tokenize(source: Source, diagnostics: Diagnostics) -> list[Token]:
+    """Tokenise ``source``, adding any problems to ``diagnostics``."""
+    return Lexer(source, diagnostics).tokenize()

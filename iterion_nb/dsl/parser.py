@@ -1,0 +1,377 @@
+"""Parser: tokens to the typed syntax tree, with error recovery.
+
+Recursive descent over the lexer's tokens. A syntax error is recorded and the
+parser skips the offending statement (its line and any block indented under
+it), so one pass reports every independent problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar, cast
+
+from iterion_nb.dsl import ast
+from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.source import Source, Span
+from iterion_nb.dsl.tokens import Token, TokenKind
+
+T = TypeVar("T")
+
+_DECL_KEYWORDS = ("vars", "prompt", "schema", "workflow", *ast.NODE_KEYWORDS)
+
+
+class _Abort(Exception):  # noqa: N818 - unwinds, is never shown
+    """Unwinds the current statement after a syntax error was recorded."""
+
+
+class Parser:
+    """Builds an :class:`ast.Module` from tokens."""
+
+    def __init__(self, tokens: list[Token], diagnostics: Diagnostics) -> None:
+        self.toks = tokens
+        self.pos = 0
+        self.diags = diagnostics
+        # Lines that already have a problem (from the lexer, or an earlier
+        # syntax error) get no further syntax error: one cause, one report.
+        self._error_lines: set[int] = {d.line for d in diagnostics}
+
+    # -- helpers ---------------------------------------------------------
+    @property
+    def tok(self) -> Token:
+        """The current token."""
+        return self.toks[self.pos]
+
+    def _peek(self, offset: int = 1) -> Token:
+        index = min(self.pos + offset, len(self.toks) - 1)
+        return self.toks[index]
+
+    def _advance(self) -> Token:
+        token = self.toks[self.pos]
+        if token.kind is not TokenKind.EOF:
+            self.pos += 1
+        return token
+
+    def _at(self, kind: TokenKind, text: str | None = None) -> bool:
+        return self.tok.kind is kind and (text is None or self.tok.text == text)
+
+    def _error(self, message: str, span: Span) -> _Abort:
+        """Record a syntax error unless this line already has one."""
+        if span.line not in self._error_lines:
+            self._error_lines.add(span.line)
+            self.diags.add("S001", message, span)
+        return _Abort()
+
+    def _expect(self, kind: TokenKind, what: str | None = None) -> Token:
+        if self.tok.kind is kind:
+            return self._advance()
+        wanted = what or kind.value
+        raise self._error(f"expected {wanted}, found {self.tok.describe()}", self.tok.span)
+
+    def _expect_ident(self, what: str) -> Token:
+        return self._expect(TokenKind.IDENT, what)
+
+    def _end_of_line(self) -> None:
+        if self._at(TokenKind.NEWLINE):
+            self._advance()
+        elif not self._at(TokenKind.EOF) and not self._at(TokenKind.DEDENT):
+            raise self._error(f"expected end of line, found {self.tok.describe()}", self.tok.span)
+
+    def _skip_statement(self) -> None:
+        """Skip the rest of the current line and any block indented under it."""
+        while not self._at(TokenKind.EOF):
+            kind = self._advance().kind
+            if kind is TokenKind.NEWLINE:
+                break
+            if kind is TokenKind.DEDENT:
+                self.pos -= 1
+                return
+        if self._at(TokenKind.RAW):
+            self._advance()
+        if self._at(TokenKind.INDENT):
+            self._skip_block()
+
+    def _skip_block(self) -> None:
+        depth = 0
+        while not self._at(TokenKind.EOF):
+            kind = self._advance().kind
+            if kind is TokenKind.INDENT:
+                depth += 1
+            elif kind is TokenKind.DEDENT:
+                depth -= 1
+                if depth == 0:
+                    return
+
+    def _block(self, parse_line: Callable[[], T], header: Token) -> list[T]:
+        """Parse ``NEWLINE INDENT line* DEDENT`` calling ``parse_line`` per line."""
+        items: list[T] = []
+        if self._at(TokenKind.NEWLINE):
+            self._advance()
+        if not self._at(TokenKind.INDENT):
+            raise self._error(f"'{header.text}:' needs an indented block below it", header.span)
+        self._advance()
+        while not self._at(TokenKind.DEDENT) and not self._at(TokenKind.EOF):
+            if self._at(TokenKind.INDENT):
+                self._error("unexpected indentation", self.tok.span)
+                self._skip_block()
+                continue
+            start = self.pos
+            try:
+                items.append(parse_line())
+            except _Abort:
+                if self.pos == start or self.toks[self.pos - 1].kind is not TokenKind.NEWLINE:
+                    self._skip_statement()
+        if self._at(TokenKind.DEDENT):
+            self._advance()
+        return items
+
+    # -- module ----------------------------------------------------------
+    def parse_module(self, source: Source) -> ast.Module:
+        """Parse every declaration of the file."""
+        decls: list[ast.Declaration] = []
+        while not self._at(TokenKind.EOF):
+            if self._at(TokenKind.NEWLINE) or self._at(TokenKind.DEDENT):
+                self._advance()
+                continue
+            if self._at(TokenKind.INDENT):
+                self._error("unexpected indentation at top level", self.tok.span)
+                self._skip_block()
+                continue
+            start = self.pos
+            try:
+                decls.append(self._declaration())
+            except _Abort:
+                if self.pos == start or self.toks[self.pos - 1].kind is not TokenKind.NEWLINE:
+                    self._skip_statement()
+        last = max(len(source.lines), 1)
+        span = Span(1, 1, last, len(source.line_text(last)) + 1)
+        return ast.Module(tuple(decls), span)
+
+    def _declaration(self) -> ast.Declaration:
+        head = self.tok
+        if head.kind is not TokenKind.IDENT or head.text not in _DECL_KEYWORDS:
+            hint = ""
+            if head.kind is TokenKind.IDENT and self._peek().kind is TokenKind.ARROW:
+                hint = "; edges go inside the workflow block"
+            elif head.kind is TokenKind.IDENT and head.text == "join":
+                hint = "; declare 'await: wait_all' on the node that joins branches"
+            raise self._error(
+                f"expected a declaration ({', '.join(_DECL_KEYWORDS)}), found"
+                f" {head.describe()}{hint}",
+                head.span,
+            )
+        self._advance()
+        if head.text == "vars":
+            return self._vars_block(head)
+        name = self._expect_ident(f"a name after '{head.text}'")
+        self._expect(TokenKind.COLON, f"':' after '{head.text} {name.text}'")
+        if head.text == "prompt":
+            return self._prompt(head, name)
+        if head.text == "schema":
+            fields = self._block(self._field, name)
+            return ast.SchemaDecl(
+                name.text, name.span, tuple(fields), head.span.to(self._prev_span())
+            )
+        if head.text == "workflow":
+            return self._workflow(head, name)
+        props = self._block(self._property, name)
+        kind = cast("ast.NodeKeyword", head.text)
+        return ast.NodeDecl(
+            kind, name.text, name.span, tuple(props), head.span.to(self._prev_span())
+        )
+
+    def _prev_span(self) -> Span:
+        for index in range(self.pos - 1, -1, -1):
+            token = self.toks[index]
+            if token.kind not in (TokenKind.NEWLINE, TokenKind.INDENT, TokenKind.DEDENT):
+                return token.span
+        return self.tok.span
+
+    def _prompt(self, head: Token, name: Token) -> ast.PromptDecl:
+        self._end_of_line()
+        if self._at(TokenKind.RAW):
+            raw = self._advance()
+            return ast.PromptDecl(name.text, name.span, raw.text, raw.lines, head.span.to(raw.span))
+        return ast.PromptDecl(name.text, name.span, "", (), head.span.to(name.span))
+
+    # -- vars and schemas ------------------------------------------------
+    def _vars_block(self, head: Token) -> ast.VarsDecl:
+        self._expect(TokenKind.COLON, "':' after 'vars'")
+        items = self._block(self._var, head)
+        return ast.VarsDecl(tuple(items), head.span.to(self._prev_span()))
+
+    def _var(self) -> ast.VarDecl:
+        name = self._expect_ident("a variable name")
+        self._expect(TokenKind.COLON, f"':' after variable '{name.text}'")
+        type_ref = self._type_ref()
+        default: ast.Value | None = None
+        if self._at(TokenKind.EQUALS):
+            self._advance()
+            default = self._value()
+        end = self._prev_span()
+        self._end_of_line()
+        return ast.VarDecl(name.text, name.span, type_ref, default, name.span.to(end))
+
+    def _type_ref(self) -> ast.TypeRef:
+        name = self._expect_ident("a type (string, bool, int, float, json, string[])")
+        if self._at(TokenKind.LBRACKET) and self._peek().kind is TokenKind.RBRACKET:
+            self._advance()
+            close = self._advance()
+            return ast.TypeRef(name.text, True, name.span.to(close.span))
+        return ast.TypeRef(name.text, False, name.span)
+
+    def _field(self) -> ast.FieldDecl:
+        name = self._expect_ident("a field name")
+        self._expect(TokenKind.COLON, f"':' after field '{name.text}'")
+        type_ref = self._type_ref()
+        enum: list[ast.StringValue] = []
+        if self._at(TokenKind.LBRACKET):
+            self._advance()
+            word = self._expect_ident("'enum'")
+            if word.text != "enum":
+                raise self._error(f"expected 'enum', found '{word.text}'", word.span)
+            self._expect(TokenKind.COLON, "':' after 'enum'")
+            while True:
+                value = self._expect(TokenKind.STRING, "a quoted enum value")
+                enum.append(ast.StringValue(value.text, value.span))
+                if not self._at(TokenKind.COMMA):
+                    break
+                self._advance()
+            self._expect(TokenKind.RBRACKET, "']' to close the enum")
+        end = self._prev_span()
+        self._end_of_line()
+        return ast.FieldDecl(name.text, name.span, type_ref, tuple(enum), name.span.to(end))
+
+    # -- properties and values -------------------------------------------
+    def _property(self) -> ast.Property:
+        name = self._expect_ident("a property name")
+        if name.text == "with" and self._at(TokenKind.LBRACE):
+            value: ast.Value = self._map()
+            self._end_of_line()
+            return ast.Property(name.text, name.span, value, name.span.to(value.span))
+        self._expect(TokenKind.COLON, f"':' after '{name.text}'")
+        if self._at(TokenKind.NEWLINE) and self._peek().kind is TokenKind.INDENT:
+            entries = self._block(self._property, name)
+            span = name.span.to(self._prev_span())
+            return ast.Property(name.text, name.span, ast.BlockValue(tuple(entries), span), span)
+        if self._at(TokenKind.NEWLINE) or self._at(TokenKind.EOF):
+            raise self._error(f"'{name.text}:' needs a value", self.tok.span)
+        value = self._value()
+        self._end_of_line()
+        return ast.Property(name.text, name.span, value, name.span.to(value.span))
+
+    def _value(self) -> ast.Value:
+        token = self.tok
+        if token.kind is TokenKind.STRING:
+            self._advance()
+            return ast.StringValue(token.text, token.span)
+        if token.kind is TokenKind.NUMBER:
+            self._advance()
+            return ast.NumberValue(token.text, token.span)
+        if token.kind is TokenKind.IDENT:
+            self._advance()
+            return ast.IdentValue(token.text, token.span)
+        if token.kind is TokenKind.LBRACKET:
+            return self._list()
+        if token.kind is TokenKind.LBRACE:
+            return self._map()
+        raise self._error(f"expected a value, found {token.describe()}", token.span)
+
+    def _list(self) -> ast.ListValue:
+        open_ = self._advance()
+        items: list[ast.Value] = []
+        while not self._at(TokenKind.RBRACKET):
+            items.append(self._value())
+            if not self._at(TokenKind.COMMA):
+                break
+            self._advance()
+        close = self._expect(TokenKind.RBRACKET, "',' or ']'")
+        return ast.ListValue(tuple(items), open_.span.to(close.span))
+
+    def _map(self) -> ast.MapValue:
+        open_ = self._expect(TokenKind.LBRACE, "'{'")
+        entries: list[ast.MapEntry] = []
+        while not self._at(TokenKind.RBRACE):
+            key = self.tok
+            if key.kind not in (TokenKind.IDENT, TokenKind.STRING):
+                raise self._error(f"expected a key, found {key.describe()}", key.span)
+            self._advance()
+            self._expect(TokenKind.COLON, f"':' after key '{key.text}'")
+            value = self._value()
+            entries.append(ast.MapEntry(key.text, key.span, value, key.span.to(value.span)))
+            if not self._at(TokenKind.COMMA):
+                break
+            self._advance()
+        close = self._expect(TokenKind.RBRACE, "',' or '}'")
+        return ast.MapValue(tuple(entries), open_.span.to(close.span))
+
+    # -- workflow ----------------------------------------------------------
+    def _workflow(self, head: Token, name: Token) -> ast.WorkflowDecl:
+        props: list[ast.Property] = []
+        var_blocks: list[ast.VarsDecl] = []
+        edges: list[ast.EdgeDecl] = []
+
+        def line() -> None:
+            if self._at(TokenKind.IDENT) and self._peek().kind is TokenKind.ARROW:
+                edges.append(self._edge())
+            elif self._at(TokenKind.IDENT, "vars") and self._peek().kind is TokenKind.COLON:
+                var_blocks.append(self._vars_block(self._advance()))
+            else:
+                props.append(self._property())
+
+        self._block(line, name)
+        return ast.WorkflowDecl(
+            name.text,
+            name.span,
+            tuple(props),
+            tuple(var_blocks),
+            tuple(edges),
+            head.span.to(self._prev_span()),
+        )
+
+    def _edge(self) -> ast.EdgeDecl:
+        src = self._advance()
+        self._expect(TokenKind.ARROW)
+        dst = self._expect_ident("a node name after '->'")
+        when: ast.WhenField | ast.WhenExpr | None = None
+        loop: ast.LoopDecl | None = None
+        with_: ast.MapValue | None = None
+        if self._at(TokenKind.IDENT, "when"):
+            when = self._when(self._advance())
+        if self._at(TokenKind.IDENT, "as"):
+            as_ = self._advance()
+            loop_name = self._expect_ident("a loop name after 'as'")
+            self._expect(TokenKind.LPAREN, f"'(' and a bound after loop '{loop_name.text}'")
+            bound_tok = self._expect(TokenKind.NUMBER, "the loop's iteration bound")
+            close = self._expect(TokenKind.RPAREN, "')'")
+            bound = ast.NumberValue(bound_tok.text, bound_tok.span)
+            loop = ast.LoopDecl(loop_name.text, loop_name.span, bound, as_.span.to(close.span))
+        if self._at(TokenKind.IDENT, "with"):
+            self._advance()
+            with_ = self._map()
+        end = self._prev_span()
+        if not self._at(TokenKind.NEWLINE) and not self._at(TokenKind.EOF):
+            raise self._error(
+                f"expected 'when', 'as', 'with' or end of line, found {self.tok.describe()}",
+                self.tok.span,
+            )
+        self._end_of_line()
+        return ast.EdgeDecl(
+            src.text, src.span, dst.text, dst.span, when, loop, with_, src.span.to(end)
+        )
+
+    def _when(self, kw: Token) -> ast.WhenField | ast.WhenExpr:
+        if self._at(TokenKind.STRING):
+            text = self._advance()
+            inner = Span.point(text.span.line, text.span.column + 1, len(text.text))
+            return ast.WhenExpr(text.text, inner, kw.span.to(text.span))
+        negated = False
+        if self._at(TokenKind.IDENT, "not") and self._peek().kind is TokenKind.IDENT:
+            self._advance()
+            negated = True
+        field = self._expect_ident("a field name or a quoted expression after 'when'")
+        return ast.WhenField(field.text, negated, kw.span.to(field.span))
+
+
+def parse(tokens: list[Token], source: Source, diagnostics: Diagnostics) -> ast.Module:
+    """Parse ``tokens`` of ``source`` into a module, recording syntax errors."""
+    return Parser(tokens, diagnostics).parse_module(source)
