@@ -1,0 +1,644 @@
+"""Build the IR from the syntax tree, checking each declaration on its own.
+
+Graph-wide and cross-reference checks live in :mod:`iterion_nb.ir.validate`;
+this module turns declarations into typed IR objects and records where each
+template and expression is used so those checks know their context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, cast
+
+from iterion_nb.dsl import ast
+from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.source import Span
+from iterion_nb.ir import model as m
+from iterion_nb.ir.expr import Expr, ExprSyntaxError, parse_expression
+from iterion_nb.ir.properties import (
+    ALLOWED,
+    BUDGET_PROPERTIES,
+    LLM_ROUTER_ONLY,
+    WORKFLOW_PROPERTIES,
+)
+from iterion_nb.ir.templates import Template, parse_lines
+from iterion_nb.ir.values import (
+    ValueReader,
+    describe,
+    literal,
+    matches_type,
+    string_template,
+)
+
+EMPTY = Template(())
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateUse:
+    """A template and the node whose ``input`` it sees (None: no node)."""
+
+    template: Template
+    node: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExprUse:
+    """An expression; bare names refer to ``bare_of``'s output or input."""
+
+    expr: Expr
+    text_span: Span
+    node: str | None
+    bare: Literal["output", "input"]
+
+
+@dataclass
+class Draft:
+    """Everything built so far, valid or not, for the validation pass."""
+
+    prompts: dict[str, m.Prompt] = field(default_factory=dict)
+    schemas: dict[str, m.Schema] = field(default_factory=dict)
+    vars: dict[str, m.Var] = field(default_factory=dict)
+    nodes: dict[str, m.Node] = field(default_factory=dict)
+    node_decls: dict[str, ast.NodeDecl] = field(default_factory=dict)
+    prompt_users: dict[str, list[str]] = field(default_factory=dict)
+    workflows: list[ast.WorkflowDecl] = field(default_factory=list)
+    name: str = ""
+    entry: str | None = None
+    entry_span: Span | None = None
+    budget: m.Budget = field(default_factory=m.Budget)
+    default_backend: str = "claw"
+    edges: list[m.Edge] = field(default_factory=list)
+    loops: dict[str, m.Loop] = field(default_factory=dict)
+    templates: list[TemplateUse] = field(default_factory=list)
+    exprs: list[ExprUse] = field(default_factory=list)
+
+
+class Builder:
+    """Turns an :class:`ast.Module` into a :class:`Draft`."""
+
+    def __init__(self, diags: Diagnostics) -> None:
+        self.diags = diags
+        self.read = ValueReader(diags)
+        self.draft = Draft()
+
+    def build(self, module: ast.Module) -> Draft:
+        """Build every declaration of ``module``."""
+        decls = module.declarations
+        for decl in decls:
+            if isinstance(decl, ast.PromptDecl):
+                self._prompt(decl)
+            elif isinstance(decl, ast.SchemaDecl):
+                self._schema(decl)
+            elif isinstance(decl, ast.VarsDecl):
+                self._vars(decl)
+            elif isinstance(decl, ast.WorkflowDecl):
+                self.draft.workflows.append(decl)
+                for block in decl.vars:
+                    self._vars(block)
+        for decl in decls:
+            if isinstance(decl, ast.NodeDecl):
+                self._node(decl)
+        self._workflow(module)
+        return self.draft
+
+    # -- prompts, schemas, vars -------------------------------------------
+    def _prompt(self, decl: ast.PromptDecl) -> None:
+        if decl.name in self.draft.prompts:
+            self._twice("prompt", decl.name, decl.name_span)
+            return
+        rows = [(line.text, line.line, line.column) for line in decl.lines]
+        template = parse_lines(rows, self.diags)
+        self.draft.prompts[decl.name] = m.Prompt(decl.name, template, decl.span)
+
+    def _schema(self, decl: ast.SchemaDecl) -> None:
+        if decl.name in self.draft.schemas:
+            self._twice("schema", decl.name, decl.name_span)
+            return
+        fields: dict[str, m.Field] = {}
+        for f in decl.fields:
+            if f.name in fields:
+                self._twice("field", f.name, f.name_span)
+                continue
+            spec = self.read.type_spec(f.type) or m.TypeSpec("json")
+            if f.enum and (spec.name != "string"):
+                self.diags.add(
+                    "C052", f"enum values need a string field; '{f.name}' is {spec}", f.type.span
+                )
+            fields[f.name] = m.Field(f.name, spec, tuple(e.text for e in f.enum), f.span)
+        self.draft.schemas[decl.name] = m.Schema(decl.name, fields, decl.span)
+
+    def _vars(self, block: ast.VarsDecl) -> None:
+        for var in block.vars:
+            if var.name in self.draft.vars:
+                self._twice("variable", var.name, var.name_span)
+                continue
+            spec = self.read.type_spec(var.type) or m.TypeSpec("json")
+            has_default, default = False, None
+            if var.default is not None:
+                ok, data = literal(var.default)
+                if ok and isinstance(data, str) and spec.name != "string" and not spec.is_list:
+                    ok, data = _coerce_env_default(data, spec)
+                if not ok or not matches_type(data, spec):
+                    self.diags.add(
+                        "C057",
+                        f"default of '{var.name}' does not match its type {spec}",
+                        var.default.span,
+                    )
+                else:
+                    has_default, default = True, data
+            self.draft.vars[var.name] = m.Var(var.name, spec, has_default, default, var.span)
+
+    def _twice(self, what: str, name: str, span: Span) -> None:
+        self.diags.add("C058", f"{what} '{name}' is declared twice", span)
+
+    # -- nodes ---------------------------------------------------------------
+    def _node(self, decl: ast.NodeDecl) -> None:
+        if decl.name in m.TERMINALS:
+            self.diags.add(
+                "C042",
+                f"'{decl.name}' is a built-in terminal and cannot name a node",
+                decl.name_span,
+            )
+            return
+        if decl.name in self.draft.nodes:
+            self.diags.add("C041", f"node '{decl.name}' is declared twice", decl.name_span)
+            return
+        props = self._properties(decl)
+        builder = _NodeBuilder(self, decl, props)
+        node = builder.build()
+        self.draft.nodes[decl.name] = node
+        self.draft.node_decls[decl.name] = decl
+
+    def _properties(self, decl: ast.NodeDecl) -> dict[str, ast.Property]:
+        allowed = ALLOWED[decl.kind]
+        props: dict[str, ast.Property] = {}
+        for prop in decl.properties:
+            if prop.name not in allowed:
+                self.diags.add(
+                    "C050",
+                    f"{decl.kind} nodes have no property '{prop.name}'"
+                    f" (allowed: {', '.join(allowed)})",
+                    prop.name_span,
+                )
+                continue
+            if prop.name in props:
+                self.diags.add("C051", f"'{prop.name}' is given twice", prop.name_span)
+                continue
+            props[prop.name] = prop
+        return props
+
+    def prompt_or_text(self, prop: ast.Property, node: str) -> Template | None:
+        """A prompt name (looked up) or an inline quoted template."""
+        value = prop.value
+        if isinstance(value, ast.IdentValue):
+            prompt = self.draft.prompts.get(value.name)
+            if prompt is None:
+                self.diags.add("C003", f"unknown prompt '{value.name}'", value.span)
+                return None
+            self.draft.prompt_users.setdefault(value.name, []).append(node)
+            return prompt.template
+        template = self.read.template(prop)
+        if template is not None:
+            self.draft.templates.append(TemplateUse(template, node))
+        return template
+
+    def schema_ref(self, prop: ast.Property) -> str | None:
+        """A schema name, which must be declared."""
+        name = self.read.name(prop)
+        if name is not None and name not in self.draft.schemas:
+            self.diags.add("C002", f"unknown schema '{name}'", prop.value.span)
+            return None
+        return name
+
+    def expression(
+        self, text: str, span: Span, node: str | None, bare: Literal["output", "input"]
+    ) -> Expr | None:
+        """Parse an expression located at ``span`` (its first character)."""
+        try:
+            expr = parse_expression(text)
+        except ExprSyntaxError as err:
+            where = Span.point(span.line, span.column + err.offset)
+            self.diags.add("C040", f"expression does not parse: {err.message}", where)
+            return None
+        self.draft.exprs.append(ExprUse(expr, span, node, bare))
+        return expr
+
+    # -- workflow ------------------------------------------------------------
+    def _workflow(self, module: ast.Module) -> None:
+        workflows = self.draft.workflows
+        if not workflows:
+            self.diags.add(
+                "C006", "no workflow: declare one with 'workflow NAME:'", Span.point(1, 1)
+            )
+            return
+        for extra in workflows[1:]:
+            self.diags.add(
+                "C007",
+                f"more than one workflow: '{extra.name}' follows '{workflows[0].name}';"
+                " keep one per source",
+                extra.name_span,
+            )
+        wf = workflows[0]
+        self.draft.name = wf.name
+        props: dict[str, ast.Property] = {}
+        for prop in wf.properties:
+            if prop.name not in WORKFLOW_PROPERTIES:
+                self.diags.add(
+                    "C050",
+                    f"workflows have no property '{prop.name}' (allowed: vars,"
+                    f" {', '.join(WORKFLOW_PROPERTIES)}, and edges)",
+                    prop.name_span,
+                )
+            elif prop.name in props:
+                self.diags.add("C051", f"'{prop.name}' is given twice", prop.name_span)
+            else:
+                props[prop.name] = prop
+        self._entry(wf, props.get("entry"))
+        if "default_backend" in props:
+            backend = self.read.choice(props["default_backend"], m.BACKENDS)
+            self.draft.default_backend = backend or "claw"
+        if "budget" in props:
+            self.draft.budget = self._budget(props["budget"])
+        for edge in wf.edges:
+            self._edge(edge)
+
+    def _entry(self, wf: ast.WorkflowDecl, prop: ast.Property | None) -> None:
+        if prop is None:
+            self.diags.add("C008", f"workflow '{wf.name}' has no 'entry:' node", wf.name_span)
+            return
+        name = self.read.name(prop)
+        if name is None:
+            return
+        if name not in self.draft.nodes:
+            self.diags.add("C008", f"entry '{name}' is not a declared node", prop.value.span)
+            return
+        self.draft.entry, self.draft.entry_span = name, prop.value.span
+
+    def _budget(self, prop: ast.Property) -> m.Budget:
+        block = prop.value
+        if not isinstance(block, ast.BlockValue):
+            self.diags.add("C052", "'budget' expects an indented block of limits", block.span)
+            return m.Budget()
+        values: dict[str, float | int | None] = {}
+        for entry in block.entries:
+            name = entry.name
+            if name not in BUDGET_PROPERTIES:
+                self.diags.add(
+                    "C050",
+                    f"budgets have no limit '{name}' (allowed: {', '.join(BUDGET_PROPERTIES)})",
+                    entry.name_span,
+                )
+            elif name == "max_duration":
+                values[name] = self.read.duration(entry)
+            elif name == "max_cost_usd":
+                values[name] = self._cost(entry)
+            else:
+                values[name] = self.read.integer(entry, 1)
+        return m.Budget(
+            max_parallel_branches=cast("int | None", values.get("max_parallel_branches")),
+            max_duration_seconds=values.get("max_duration"),
+            max_cost_usd=values.get("max_cost_usd"),
+            max_tokens=cast("int | None", values.get("max_tokens")),
+            max_iterations=cast("int | None", values.get("max_iterations")),
+        )
+
+    def _cost(self, entry: ast.Property) -> float | None:
+        value = entry.value
+        text = value.text if isinstance(value, ast.NumberValue | ast.StringValue) else ""
+        try:
+            cost = float(text)
+        except ValueError:
+            cost = -1.0
+        if cost < 0 or cost != cost or cost == float("inf"):
+            self.diags.add(
+                "C046",
+                "max_cost_usd must be a non-negative number of dollars,"
+                f" found {text or describe(value)}",
+                value.span,
+            )
+            return None
+        return cost
+
+    def _edge(self, decl: ast.EdgeDecl) -> None:
+        condition: m.Condition | None = None
+        if isinstance(decl.when, ast.WhenField):
+            condition = m.FieldCondition(decl.when.field, decl.when.negated, decl.when.span)
+        elif isinstance(decl.when, ast.WhenExpr):
+            expr = self.expression(decl.when.text, decl.when.text_span, decl.src, "output")
+            if expr is not None:
+                condition = m.ExprCondition(decl.when.text, expr, decl.when.span)
+        loop = self._loop(decl.loop) if decl.loop else None
+        mapping: list[tuple[str, Template]] = []
+        if decl.with_ is not None:
+            mapping = self.mapping(decl.with_, decl.src)
+        self.draft.edges.append(
+            m.Edge(decl.src, decl.dst, condition, loop, tuple(mapping), decl.span)
+        )
+
+    def mapping(self, value: ast.MapValue, node: str) -> list[tuple[str, Template]]:
+        """``{ key: "template", ... }`` with templates seen from ``node``."""
+        out: list[tuple[str, Template]] = []
+        seen: set[str] = set()
+        for entry in value.entries:
+            if entry.key in seen:
+                self.diags.add("C051", f"key '{entry.key}' is given twice", entry.key_span)
+                continue
+            seen.add(entry.key)
+            if not isinstance(entry.value, ast.StringValue):
+                self.diags.add(
+                    "C052", f"'{entry.key}' expects a quoted template string", entry.value.span
+                )
+                continue
+            template = string_template(entry.value, self.diags)
+            self.draft.templates.append(TemplateUse(template, node))
+            out.append((entry.key, template))
+        return out
+
+    def _loop(self, decl: ast.LoopDecl) -> str:
+        text = decl.bound.text
+        bound = int(text) if text.lstrip("-").isdigit() else None
+        if bound is None:
+            self.diags.add(
+                "C052", f"loop bound must be a whole number, found {text}", decl.bound.span
+            )
+        elif bound < 1:
+            self.diags.add(
+                "C026",
+                f"loop '{decl.name}' must allow at least 1 iteration, found {bound}",
+                decl.bound.span,
+            )
+        known = self.draft.loops.get(decl.name)
+        if known is None:
+            self.draft.loops[decl.name] = m.Loop(decl.name, max(bound or 1, 1), decl.span)
+        elif bound is not None and bound >= 1 and known.max_iterations != bound:
+            self.diags.add(
+                "C005",
+                f"loop '{decl.name}' is declared with bound {bound} here and"
+                f" {known.max_iterations} at line {known.span.line}",
+                decl.span,
+            )
+        return decl.name
+
+
+def _coerce_env_default(text: str, spec: m.TypeSpec) -> tuple[bool, object]:
+    """A quoted default of a non-string variable, such as ``"${N:-3}"``, is kept as text.
+
+    Defaults that read the environment are resolved at run time; anything
+    else quoted must match the type and does not.
+    """
+    if "${" in text:
+        return True, text
+    return False, None
+
+
+class _NodeBuilder:
+    """Builds one node from its checked properties."""
+
+    def __init__(
+        self, builder: Builder, decl: ast.NodeDecl, props: dict[str, ast.Property]
+    ) -> None:
+        self.b = builder
+        self.decl = decl
+        self.props = props
+        self.read = builder.read
+        self.diags = builder.diags
+
+    def build(self) -> m.Node:
+        kind = self.decl.kind
+        if kind in ("agent", "judge"):
+            return self._agent()
+        method = getattr(self, f"_{kind}")
+        return cast("m.Node", method())
+
+    def _get(self, name: str) -> ast.Property | None:
+        return self.props.get(name)
+
+    def _base(self) -> tuple[str, Span, m.AwaitMode | None]:
+        await_mode = None
+        prop = self._get("await")
+        if prop is not None:
+            await_mode = self.read.choice(prop, ("wait_all", "best_effort"))
+        return self.decl.name, self.decl.name_span, cast("m.AwaitMode | None", await_mode)
+
+    def _opt(self, name: str, reader: str, *args: object) -> object:
+        prop = self._get(name)
+        if prop is None:
+            return None
+        return getattr(self.read, reader)(prop, *args)
+
+    def _schema(self, name: str) -> str | None:
+        prop = self._get(name)
+        return self.b.schema_ref(prop) if prop else None
+
+    def _text(self, name: str) -> Template | None:
+        prop = self._get(name)
+        return self.b.prompt_or_text(prop, self.decl.name) if prop else None
+
+    def _template(self, name: str) -> Template | None:
+        prop = self._get(name)
+        return self.read.template(prop) if prop else None
+
+    def _agent(self) -> m.AgentNode:
+        interaction = self._opt(
+            "interaction", "choice", ("none", "human", "llm", "llm_or_human", "async")
+        )
+        effort = self._opt("reasoning_effort", "choice", m.REASONING_EFFORTS, "C027")
+        return m.AgentNode(
+            *self._base(),
+            kind=cast("Literal['agent', 'judge']", self.decl.kind),
+            model=self._template("model"),
+            backend=cast("str | None", self._opt("backend", "choice", m.BACKENDS)),
+            input=self._schema("input"),
+            output=self._schema("output"),
+            publish=cast("str | None", self._opt("publish", "name")),
+            system=self._text("system"),
+            user=self._text("user"),
+            tools=cast("tuple[str, ...]", self._opt("tools", "names") or ()),
+            tool_max_steps=cast("int | None", self._opt("tool_max_steps", "integer", 1)),
+            max_tokens=cast("int | None", self._opt("max_tokens", "integer", 1)),
+            reasoning_effort=cast("str | None", effort),
+            readonly=bool(self._opt("readonly", "boolean")),
+            session=cast(
+                "m.SessionMode",
+                self._opt("session", "choice", ("fresh", "inherit", "fork")) or "fresh",
+            ),
+            interaction=cast("m.InteractionMode", interaction or "none"),
+        )
+
+    def _router(self) -> m.RouterNode:
+        mode_prop = self._get("mode")
+        mode = None
+        if mode_prop is None:
+            self.diags.add(
+                "C053",
+                f"router '{self.decl.name}' needs 'mode:' (fan_out_all, condition,"
+                " round_robin or llm)",
+                self.decl.name_span,
+            )
+        else:
+            mode = self.read.choice(mode_prop, ("fan_out_all", "condition", "round_robin", "llm"))
+        if mode is not None and mode != "llm":
+            for name in LLM_ROUTER_ONLY:
+                prop = self._get(name)
+                if prop is not None:
+                    self.diags.add(
+                        "C023",
+                        f"'{name}' only applies to routers with 'mode: llm'; this one is {mode}",
+                        prop.name_span,
+                    )
+        return m.RouterNode(
+            *self._base(),
+            mode=cast("m.RouterMode", mode or "fan_out_all"),
+            model=self._template("model"),
+            system=self._text("system"),
+            user=self._text("user"),
+            multi=bool(self._opt("multi", "boolean")),
+        )
+
+    def _human(self) -> m.HumanNode:
+        interaction: object = "human"
+        prop = self._get("interaction")
+        if prop is not None:
+            word = self.read.name(prop)
+            if word == "async":
+                self.diags.add(
+                    "C240",
+                    "interaction: async is for agents and judges; a human node is"
+                    " already a question to a person (use human, llm or llm_or_human)",
+                    prop.value.span,
+                )
+            elif word is not None:
+                interaction = self.read.choice(prop, ("human", "llm", "llm_or_human")) or "human"
+        return m.HumanNode(
+            *self._base(),
+            input=self._schema("input"),
+            output=self._schema("output"),
+            instructions=self._text("instructions"),
+            interaction=cast("m.InteractionMode", interaction),
+            min_answers=cast("int", self._opt("min_answers", "integer", 1) or 1),
+            model=self._template("model"),
+        )
+
+    def _tool(self) -> m.ToolNode:
+        command = self._template("command")
+        if self._get("command") is None:
+            self.diags.add("C053", f"tool '{self.decl.name}' needs 'command:'", self.decl.name_span)
+        if command is not None:
+            self.b.draft.templates.append(TemplateUse(command, self.decl.name))
+        return m.ToolNode(
+            *self._base(),
+            command=command or EMPTY,
+            input=self._schema("input"),
+            output=self._schema("output"),
+            timeout_seconds=cast("float | None", self._opt("timeout", "duration")),
+        )
+
+    def _compute(self) -> m.ComputeNode:
+        exprs: list[m.ComputeExpr] = []
+        prop = self._get("expr")
+        if prop is not None and not isinstance(prop.value, ast.BlockValue):
+            self.diags.add(
+                "C052",
+                "'expr' expects an indented block of field: \"expression\" lines",
+                prop.value.span,
+            )
+        elif prop is not None and isinstance(prop.value, ast.BlockValue):
+            exprs = self._compute_lines(prop.value)
+        no_lines = prop is None or (
+            isinstance(prop.value, ast.BlockValue) and not prop.value.entries
+        )
+        if no_lines:
+            self.diags.add(
+                "C039",
+                f"compute '{self.decl.name}' has no expressions: add an 'expr:' block",
+                self.decl.name_span,
+            )
+        return m.ComputeNode(
+            *self._base(),
+            exprs=tuple(exprs),
+            input=self._schema("input"),
+            output=self._schema("output"),
+        )
+
+    def _compute_lines(self, block: ast.BlockValue) -> list[m.ComputeExpr]:
+        out: list[m.ComputeExpr] = []
+        seen: set[str] = set()
+        for line in block.entries:
+            if line.name in seen:
+                self.diags.add("C051", f"'{line.name}' is computed twice", line.name_span)
+                continue
+            seen.add(line.name)
+            value = line.value
+            if not isinstance(value, ast.StringValue):
+                self.diags.add("C052", f"'{line.name}' expects a quoted expression", value.span)
+                continue
+            start = Span.point(value.span.line, value.span.column + 1)
+            expr = self.b.expression(value.text, start, self.decl.name, "input")
+            if expr is not None:
+                out.append(m.ComputeExpr(line.name, value.text, expr, line.span))
+        return out
+
+    def _event(self) -> str:
+        prop = self._get("event")
+        if prop is None:
+            self.diags.add(
+                "C196",
+                f"{self.decl.kind} '{self.decl.name}' needs 'event:' naming the event",
+                self.decl.name_span,
+            )
+            return ""
+        return self.read.name(prop) or ""
+
+    def _emit(self) -> m.EmitNode:
+        payload: list[tuple[str, Template]] = []
+        prop = self._get("with")
+        if prop is not None:
+            if isinstance(prop.value, ast.MapValue):
+                payload = self.b.mapping(prop.value, self.decl.name)
+            else:
+                self.diags.add("C052", "'with' expects { key: \"template\", ... }", prop.value.span)
+        return m.EmitNode(*self._base(), event=self._event(), payload=tuple(payload))
+
+    def _wait(self) -> m.WaitNode:
+        event = self._event()
+        timeout = None
+        prop = self._get("timeout")
+        if prop is None:
+            self.diags.add(
+                "C197",
+                f"wait '{self.decl.name}' needs 'timeout:'; a wait must never block forever",
+                self.decl.name_span,
+            )
+        else:
+            timeout = self.read.duration(prop)
+        return m.WaitNode(
+            *self._base(),
+            event=event,
+            timeout_seconds=timeout or 0.0,
+            output=self._schema("output"),
+        )
+
+    def _await_answers(self) -> m.AwaitAnswersNode:
+        timeout = None
+        prop = self._get("timeout")
+        if prop is None:
+            self.diags.add(
+                "C241",
+                f"await_answers '{self.decl.name}' needs a positive 'timeout:' such as \"30m\"",
+                self.decl.name_span,
+            )
+        else:
+            timeout = self.read.duration(prop)
+            if timeout is not None and timeout <= 0:
+                self.diags.add(
+                    "C241",
+                    f"await_answers '{self.decl.name}' needs a positive timeout, found"
+                    f" {timeout:g}s",
+                    prop.value.span,
+                )
+        from_prop = self._get("from")
+        return m.AwaitAnswersNode(
+            *self._base(),
+            timeout_seconds=timeout or 0.0,
+            from_node=self.read.name(from_prop) if from_prop else None,
+        )

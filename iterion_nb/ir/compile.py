@@ -1,0 +1,86 @@
+"""The compiler's entry points: text or bytes in, a validated workflow out."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from iterion_nb.dsl import parse_source
+from iterion_nb.dsl.diagnostics import Diagnostic, Diagnostics
+from iterion_nb.dsl.loading import check_text, decode_source
+from iterion_nb.dsl.source import Source
+from iterion_nb.errors import CompileError
+from iterion_nb.ir import model as m
+from iterion_nb.ir.build import Builder
+from iterion_nb.ir.validate import validate
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What compiling produced: the workflow when there was no error, and every problem."""
+
+    source: Source
+    diagnostics: tuple[Diagnostic, ...]
+    workflow: m.Workflow | None
+
+    @property
+    def ok(self) -> bool:
+        """Whether compilation produced a workflow (warnings allowed)."""
+        return self.workflow is not None
+
+
+def source_hash(text: str) -> str:
+    """The hash resume uses to notice that a workflow's source changed."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def analyze(text: str | bytes, name: str = "<string>") -> CompileResult:
+    """Compile and return every diagnostic; never raises for bad input."""
+    diags = Diagnostics()
+    if isinstance(text, bytes):
+        source = decode_source(text, name, diags)
+    else:
+        source = check_text(text, name, diags)
+    if source is None:
+        return CompileResult(Source(name, ""), tuple(diags.sorted()), None)
+    module = parse_source(source, diags)
+    draft = Builder(diags).build(module)
+    validate(draft, diags)
+    workflow = None
+    if not diags.has_errors and draft.entry is not None:
+        env = {name for t in draft.templates for name in t.template.env_names}
+        env |= {name for p in draft.prompts.values() for name in p.template.env_names}
+        for node in draft.nodes.values():
+            model = getattr(node, "model", None)
+            if model is not None:
+                env |= set(model.env_names)
+        workflow = m.Workflow(
+            name=draft.name,
+            entry=draft.entry,
+            nodes=dict(draft.nodes),
+            edges=tuple(draft.edges),
+            loops=dict(draft.loops),
+            vars=dict(draft.vars),
+            schemas=dict(draft.schemas),
+            prompts=dict(draft.prompts),
+            budget=draft.budget,
+            default_backend=draft.default_backend,
+            source_name=name,
+            source_hash=source_hash(source.text),
+            env_names=tuple(sorted(env)),
+        )
+    return CompileResult(source, tuple(diags.sorted()), workflow)
+
+
+def compile_workflow(text: str | bytes, name: str = "<string>") -> m.Workflow:
+    """Compile ``text``; raise :class:`CompileError` carrying every diagnostic."""
+    result = analyze(text, name)
+    if result.workflow is None:
+        raise CompileError(result.diagnostics, result.source)
+    return result.workflow
+
+
+def compile_file(path: str | Path) -> m.Workflow:
+    """Compile the file at ``path`` (diagnostics name it as given)."""
+    return compile_workflow(Path(path).read_bytes(), str(path))

@@ -1,0 +1,68 @@
+"""Render a compiled workflow as a Mermaid flowchart."""
+
+from __future__ import annotations
+
+from iterion_nb.ir import model as m
+
+_SHAPES = {
+    "router": ("{{", "}}"),
+    "human": ("[/", "/]"),
+    "tool": ("[[", "]]"),
+    "compute": ("[[", "]]"),
+    "emit": (">", "]"),
+    "wait": ("[(", ")]"),
+    "await_answers": ("[(", ")]"),
+}
+
+
+def _id(name: str) -> str:
+    return f"n_{name}"
+
+
+def _label(text: str) -> str:
+    return '"' + text.replace('"', "#quot;") + '"'
+
+
+def _node_label(node: m.Node) -> str:
+    detail: str = node.kind
+    if isinstance(node, m.RouterNode):
+        detail = f"router: {node.mode}"
+    elif isinstance(node, m.AgentNode) and node.interaction != "none":
+        detail = f"{node.kind}, interaction: {node.interaction}"
+    elif isinstance(node, m.AwaitAnswersNode):
+        origin = node.from_node or "whole run"
+        detail = f"await_answers from {origin}, timeout {node.timeout_seconds:g}s"
+    elif isinstance(node, m.WaitNode | m.EmitNode):
+        detail = f"{node.kind} {node.event}"
+    if node.await_mode:
+        detail += f", await {node.await_mode}"
+    return f"{node.name}<br/><small>{detail}</small>"
+
+
+def _edge_label(edge: m.Edge, loops: dict[str, m.Loop]) -> str:
+    bits: list[str] = []
+    if isinstance(edge.condition, m.FieldCondition):
+        bits.append(("not " if edge.condition.negated else "") + edge.condition.field)
+    elif isinstance(edge.condition, m.ExprCondition):
+        bits.append(edge.condition.source)
+    if edge.loop:
+        bits.append(f"loop {edge.loop} ≤{loops[edge.loop].max_iterations}")
+    return " · ".join(bits)
+
+
+def to_mermaid(wf: m.Workflow) -> str:
+    """A ``flowchart TD`` of the workflow: nodes, terminals, edges with conditions."""
+    lines = ["flowchart TD", f"  start((start)) --> {_id(wf.entry)}"]
+    for node in wf.nodes.values():
+        left, right = _SHAPES.get(node.kind, ("[", "]"))
+        lines.append(f"  {_id(node.name)}{left}{_label(_node_label(node))}{right}")
+    used = {e.dst for e in wf.edges} & set(m.TERMINALS)
+    for terminal in m.TERMINALS:
+        if terminal in used:
+            lines.append(f"  {_id(terminal)}(({terminal}))")
+    for edge in wf.edges:
+        arrow = "-.->" if edge.loop else "-->"
+        label = _edge_label(edge, wf.loops)
+        text = f"|{_label(label)}|" if label else ""
+        lines.append(f"  {_id(edge.src)} {arrow}{text} {_id(edge.dst)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,296 @@
+"""The compiled workflow (IR): plain frozen data the runtime executes.
+
+Names of schemas, prompts and nodes are resolved and checked by the time an
+IR exists; templates and expressions are parsed. Spans are kept so that the
+runtime can point back at the source in its own errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from iterion_nb.dsl.source import Span
+from iterion_nb.ir.expr import Expr
+from iterion_nb.ir.templates import Template
+
+InteractionMode = Literal["none", "human", "llm", "llm_or_human", "async"]
+AwaitMode = Literal["wait_all", "best_effort"]
+SessionMode = Literal["fresh", "inherit", "fork"]
+RouterMode = Literal["fan_out_all", "condition", "round_robin", "llm"]
+NodeKind = Literal[
+    "agent", "judge", "router", "human", "tool", "compute", "emit", "wait", "await_answers"
+]
+
+#: The built-in terminal nodes.
+TERMINALS = ("done", "fail")
+SCALAR_TYPES = ("string", "bool", "int", "float", "json")
+BACKENDS = ("claw", "claude_code")
+REASONING_EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
+
+
+@dataclass(frozen=True, slots=True)
+class TypeSpec:
+    """A field or variable type: a scalar, or a list of one (``string[]``)."""
+
+    name: str
+    is_list: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.name}[]" if self.is_list else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """A run variable; ``default`` is only meaningful when ``has_default``."""
+
+    name: str
+    type: TypeSpec
+    has_default: bool
+    default: object
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """A schema field."""
+
+    name: str
+    type: TypeSpec
+    enum: tuple[str, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """A typed record used as a node's input or output."""
+
+    name: str
+    fields: dict[str, Field]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A named template text block."""
+
+    name: str
+    template: Template
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class NodeBase:
+    """What every node has: name, kind, span, and its join mode if it joins."""
+
+    name: str
+    span: Span
+    await_mode: AwaitMode | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentNode(NodeBase):
+    """An LLM node (``agent``) or an LLM judging node (``judge``)."""
+
+    kind: Literal["agent", "judge"]
+    model: Template | None = None
+    backend: str | None = None
+    input: str | None = None
+    output: str | None = None
+    publish: str | None = None
+    system: Template | None = None
+    user: Template | None = None
+    tools: tuple[str, ...] = ()
+    tool_max_steps: int | None = None
+    max_tokens: int | None = None
+    reasoning_effort: str | None = None
+    readonly: bool = False
+    session: SessionMode = "fresh"
+    interaction: InteractionMode = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class RouterNode(NodeBase):
+    """A branching node."""
+
+    mode: RouterMode
+    kind: Literal["router"] = "router"
+    model: Template | None = None
+    system: Template | None = None
+    user: Template | None = None
+    multi: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HumanNode(NodeBase):
+    """A blocking human gate: the run pauses until it is answered."""
+
+    kind: Literal["human"] = "human"
+    input: str | None = None
+    output: str | None = None
+    instructions: Template | None = None
+    interaction: InteractionMode = "human"
+    min_answers: int = 1
+    model: Template | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolNode(NodeBase):
+    """A shell command, no LLM."""
+
+    command: Template
+    kind: Literal["tool"] = "tool"
+    input: str | None = None
+    output: str | None = None
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeExpr:
+    """One ``field: "expression"`` line of a compute node."""
+
+    field: str
+    source: str
+    expr: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeNode(NodeBase):
+    """Deterministic expressions, no LLM."""
+
+    exprs: tuple[ComputeExpr, ...]
+    kind: Literal["compute"] = "compute"
+    input: str | None = None
+    output: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EmitNode(NodeBase):
+    """Publishes a sticky run-local event."""
+
+    event: str
+    kind: Literal["emit"] = "emit"
+    payload: tuple[tuple[str, Template], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WaitNode(NodeBase):
+    """Parks its branch until an event fires, for at most ``timeout_seconds``."""
+
+    event: str
+    timeout_seconds: float
+    kind: Literal["wait"] = "wait"
+    output: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitAnswersNode(NodeBase):
+    """The deterministic sync point for async questions (ADR-081)."""
+
+    timeout_seconds: float
+    kind: Literal["await_answers"] = "await_answers"
+    from_node: str | None = None
+
+
+Node = (
+    AgentNode
+    | RouterNode
+    | HumanNode
+    | ToolNode
+    | ComputeNode
+    | EmitNode
+    | WaitNode
+    | AwaitAnswersNode
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldCondition:
+    """``when [not] field`` on the source node's output."""
+
+    field: str
+    negated: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ExprCondition:
+    """``when "expression"``; bare names are fields of the source's output."""
+
+    source: str
+    expr: Expr
+    span: Span
+
+
+Condition = FieldCondition | ExprCondition
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A transition between nodes."""
+
+    src: str
+    dst: str
+    condition: Condition | None
+    loop: str | None
+    mapping: tuple[tuple[str, Template], ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """A declared loop: how many times its edges may be taken."""
+
+    name: str
+    max_iterations: int
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Run-wide limits, shared across branches; ``None`` means unlimited."""
+
+    max_parallel_branches: int | None = None
+    max_duration_seconds: float | None = None
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    max_iterations: int | None = None
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A compiled, validated workflow."""
+
+    name: str
+    entry: str
+    nodes: dict[str, Node]
+    edges: tuple[Edge, ...]
+    loops: dict[str, Loop]
+    vars: dict[str, Var]
+    schemas: dict[str, Schema]
+    prompts: dict[str, Prompt]
+    budget: Budget
+    default_backend: str
+    source_name: str
+    source_hash: str
+    env_names: tuple[str, ...] = ()
+    _out: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
+    _in: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        out: dict[str, list[Edge]] = {}
+        into: dict[str, list[Edge]] = {}
+        for edge in self.edges:
+            out.setdefault(edge.src, []).append(edge)
+            into.setdefault(edge.dst, []).append(edge)
+        self._out.update({k: tuple(v) for k, v in out.items()})
+        self._in.update({k: tuple(v) for k, v in into.items()})
+
+    def outgoing(self, node: str) -> tuple[Edge, ...]:
+        """Edges leaving ``node``, in source order."""
+        return self._out.get(node, ())
+
+    def incoming(self, node: str) -> tuple[Edge, ...]:
+        """Edges entering ``node``, in source order."""
+        return self._in.get(node, ())

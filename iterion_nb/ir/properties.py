@@ -1,0 +1,53 @@
+"""Which properties each node kind accepts, and which are required."""
+
+from __future__ import annotations
+
+_LLM = (
+    "model",
+    "backend",
+    "input",
+    "output",
+    "publish",
+    "system",
+    "user",
+    "tools",
+    "tool_max_steps",
+    "max_tokens",
+    "reasoning_effort",
+    "readonly",
+    "session",
+    "interaction",
+    "await",
+)
+
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "agent": _LLM,
+    "judge": _LLM,
+    "router": ("mode", "model", "system", "user", "multi", "await"),
+    "human": (
+        "input",
+        "output",
+        "instructions",
+        "interaction",
+        "min_answers",
+        "model",
+        "await",
+    ),
+    "tool": ("command", "input", "output", "timeout", "await"),
+    "compute": ("expr", "input", "output", "await"),
+    "emit": ("event", "with", "await"),
+    "wait": ("event", "timeout", "output", "await"),
+    "await_answers": ("from", "timeout", "await"),
+}
+
+#: Router properties that only make sense when ``mode: llm``.
+LLM_ROUTER_ONLY = ("model", "system", "user", "multi")
+
+WORKFLOW_PROPERTIES = ("entry", "default_backend", "budget")
+BUDGET_PROPERTIES = (
+    "max_parallel_branches",
+    "max_duration",
+    "max_cost_usd",
+    "max_tokens",
+    "max_iterations",
+)

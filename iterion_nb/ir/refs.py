@@ -1,0 +1,189 @@
+"""Checking ``{{...}}`` and expression references against the workflow."""
+
+from __future__ import annotations
+
+from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.source import Span
+from iterion_nb.ir import model as m
+from iterion_nb.ir.build import Draft, ExprUse, TemplateUse
+from iterion_nb.ir.evaluate import NAMESPACES
+from iterion_nb.ir.expr import references
+
+_LOOP_ATTRS = ("iteration", "max")
+_RUN_ATTRS = ("id",)
+_STRING = m.TypeSpec("string")
+
+#: Output shapes of nodes that have no output schema.
+_FIXED_OUTPUTS: dict[str, dict[str, m.TypeSpec]] = {
+    "agent": {"text": _STRING},
+    "judge": {"text": _STRING},
+    "human": {"text": _STRING},
+    "tool": {"stdout": _STRING, "stderr": _STRING, "exit_code": m.TypeSpec("int")},
+    "await_answers": {"answers": m.TypeSpec("json", True)},
+    "emit": {},
+}
+
+
+def output_fields(node: m.Node, schemas: dict[str, m.Schema]) -> dict[str, m.TypeSpec] | None:
+    """The fields a node's output has, or None when they cannot be known."""
+    schema_name = getattr(node, "output", None)
+    if isinstance(schema_name, str):
+        schema = schemas.get(schema_name)
+        return {f.name: f.type for f in schema.fields.values()} if schema else None
+    if isinstance(node, m.ComputeNode):
+        return {e.field: m.TypeSpec("json") for e in node.exprs}
+    return _FIXED_OUTPUTS.get(node.kind)
+
+
+def input_fields(node: m.Node | None, schemas: dict[str, m.Schema]) -> set[str] | None:
+    """The fields of a node's input schema, or None when it has none."""
+    name = getattr(node, "input", None) if node is not None else None
+    schema = schemas.get(name) if isinstance(name, str) else None
+    return set(schema.fields) if schema else None
+
+
+class RefChecker:
+    """Validates references seen from a given node."""
+
+    def __init__(self, draft: Draft, loop_members: dict[str, set[str]], diags: Diagnostics) -> None:
+        self.d = draft
+        self.diags = diags
+        self.in_loop: set[str] = set().union(*loop_members.values()) if loop_members else set()
+        self.artifacts = {
+            n.publish for n in draft.nodes.values() if isinstance(n, m.AgentNode) and n.publish
+        }
+
+    def check_templates(self, uses: list[TemplateUse]) -> None:
+        """Check every reference of every template use."""
+        for use in uses:
+            for ref in use.template.refs:
+                self.check(ref.path, ref.span, use.node)
+
+    def check_prompts(self) -> None:
+        """Check prompt templates as seen from every node that uses them."""
+        for name, prompt in self.d.prompts.items():
+            users: list[str | None] = list(self.d.prompt_users.get(name, [])) or [None]
+            for node in users:
+                for ref in prompt.template.refs:
+                    self.check(ref.path, ref.span, node)
+
+    def check_exprs(self, uses: list[ExprUse]) -> None:
+        """Check the references of every expression."""
+        for use in uses:
+            base = use.text_span
+            for ref in references(use.expr):
+                span = Span(
+                    base.line,
+                    base.column + ref.offset,
+                    base.line,
+                    base.column + ref.offset + ref.length,
+                )
+                if ref.path[0] in NAMESPACES:
+                    self.check(ref.path, span, use.node)
+                else:
+                    self._bare(ref.path[0], span, use)
+
+    def _bare(self, name: str, span: Span, use: ExprUse) -> None:
+        node = self.d.nodes.get(use.node or "")
+        if node is None:
+            return
+        if use.bare == "output":
+            fields = output_fields(node, self.d.schemas)
+            if fields is not None and name not in fields:
+                self.diags.add(
+                    "C014",
+                    f"condition refers to '{name}', which the output of"
+                    f" '{node.name}' does not have",
+                    span,
+                )
+            return
+        inputs = input_fields(node, self.d.schemas)
+        if inputs is not None and name not in inputs:
+            self.diags.add(
+                "C034", f"'{name}' is not a field of the input schema of '{node.name}'", span
+            )
+        elif inputs is None:
+            self.diags.add(
+                "C034",
+                f"'{name}' is not a namespace (vars, input, outputs, artifacts, loop, run)"
+                f" and '{node.name}' has no input schema",
+                span,
+            )
+
+    def check(self, path: tuple[str, ...], span: Span, node: str | None) -> None:
+        """Check one dotted reference."""
+        head = path[0]
+        if head == "vars":
+            self._vars(path, span)
+        elif head == "input":
+            self._input(path, span, node)
+        elif head == "outputs":
+            self._outputs(path, span)
+        elif head == "artifacts":
+            self._artifacts(path, span)
+        elif head == "loop":
+            self._loop(path, span)
+        elif head == "run":
+            if len(path) != 2 or path[1] not in _RUN_ATTRS:
+                self._bad(span, f"'{'.'.join(path)}': the run namespace has run.id")
+        else:
+            self._bad(
+                span,
+                f"unknown namespace '{head}' in '{'.'.join(path)}'; expected vars, input,"
+                " outputs, artifacts, loop or run",
+            )
+
+    def _bad(self, span: Span, message: str) -> None:
+        self.diags.add("C004", message, span)
+
+    def _vars(self, path: tuple[str, ...], span: Span) -> None:
+        if len(path) < 2:
+            self._bad(span, "'vars' needs a variable name, as in vars.topic")
+        elif path[1] not in self.d.vars:
+            self.diags.add("C033", f"undeclared variable '{path[1]}'", span)
+
+    def _input(self, path: tuple[str, ...], span: Span, node: str | None) -> None:
+        if len(path) < 2 or node is None:
+            return
+        owner = self.d.nodes.get(node)
+        fields = input_fields(owner, self.d.schemas)
+        if fields is not None and path[1] not in fields:
+            schema = getattr(owner, "input", "")
+            self.diags.add(
+                "C034", f"'{path[1]}' is not a field of input schema '{schema}' of '{node}'", span
+            )
+
+    def _outputs(self, path: tuple[str, ...], span: Span) -> None:
+        if len(path) < 2:
+            self._bad(span, "'outputs' needs a node name, as in outputs.review")
+            return
+        target = self.d.nodes.get(path[1])
+        if target is None:
+            self.diags.add("C029", f"'outputs.{path[1]}': no node is named '{path[1]}'", span)
+            return
+        if len(path) < 3:
+            return
+        field = path[2]
+        if field == "history":
+            if path[1] not in self.in_loop:
+                self.diags.add(
+                    "C017",
+                    f"'outputs.{path[1]}.history': '{path[1]}' is not inside a declared loop",
+                    span,
+                )
+            return
+        fields = output_fields(target, self.d.schemas)
+        if fields is not None and field not in fields:
+            self.diags.add("C031", f"the output of '{path[1]}' has no field '{field}'", span)
+
+    def _artifacts(self, path: tuple[str, ...], span: Span) -> None:
+        if len(path) < 2:
+            self._bad(span, "'artifacts' needs an artifact name, as in artifacts.plan")
+        elif path[1] not in self.artifacts:
+            self.diags.add("C035", f"unknown artifact '{path[1]}': no node publishes it", span)
+
+    def _loop(self, path: tuple[str, ...], span: Span) -> None:
+        if len(path) != 3 or path[2] not in _LOOP_ATTRS:
+            self._bad(span, "loop references look like loop.NAME.iteration or loop.NAME.max")
+        elif path[1] not in self.d.loops:
+            self._bad(span, f"'{'.'.join(path)}': no loop is named '{path[1]}'")

@@ -1,0 +1,190 @@
+"""Templates: text with ``{{namespace.path}}`` references and ``${ENV}`` variables.
+
+Parsing keeps the source position of every reference, so that the compiler
+can point at a bad one. Rendering takes a lookup function, so the runtime
+decides where values come from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.source import Span
+
+_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_ENV = re.compile(r"\$\{([^}]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    """Literal text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefPart:
+    """A ``{{a.b.c}}`` reference."""
+
+    path: tuple[str, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EnvPart:
+    """A ``${NAME}`` or ``${NAME:-default}`` environment variable."""
+
+    name: str
+    default: str | None
+    span: Span
+
+
+Part = TextPart | RefPart | EnvPart
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A parsed template."""
+
+    parts: tuple[Part, ...]
+
+    @property
+    def refs(self) -> tuple[RefPart, ...]:
+        """The ``{{...}}`` references, in order."""
+        return tuple(p for p in self.parts if isinstance(p, RefPart))
+
+    @property
+    def env_names(self) -> tuple[str, ...]:
+        """The environment variables it reads."""
+        return tuple(p.name for p in self.parts if isinstance(p, EnvPart))
+
+    @property
+    def is_static(self) -> bool:
+        """Whether it is plain text with no reference or variable."""
+        return all(isinstance(p, TextPart) for p in self.parts)
+
+    def render(
+        self,
+        lookup: Callable[[tuple[str, ...]], object],
+        env: Mapping[str, str] | None = None,
+    ) -> str:
+        """Render with ``lookup(path)`` for references and ``env`` for ``${...}``.
+
+        Strings are inserted as they are, other values as JSON, null as "".
+        """
+        out: list[str] = []
+        for part in self.parts:
+            if isinstance(part, TextPart):
+                out.append(part.text)
+            elif isinstance(part, RefPart):
+                out.append(stringify(lookup(part.path)))
+            else:
+                value = (env or {}).get(part.name)
+                out.append(value if value is not None else part.default or "")
+        return "".join(out)
+
+
+def stringify(value: object) -> str:
+    """How a value appears inside rendered text."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def parse_template(text: str, line: int, column: int, diags: Diagnostics) -> Template:
+    """Parse one line of template text that starts at ``line:column``.
+
+    Templates never span lines: a prompt block is parsed line by line, and a
+    string cannot hold a raw newline.
+    """
+    parts: list[Part] = []
+    pos = 0
+    while pos < len(text):
+        start = text.find("{{", pos)
+        if start < 0:
+            _text_with_env(text[pos:], line, column + pos, parts, diags)
+            break
+        if start > pos:
+            _text_with_env(text[pos:start], line, column + pos, parts, diags)
+        end = text.find("}}", start + 2)
+        if end < 0:
+            diags.add(
+                "S004",
+                "unterminated template: '{{' has no closing '}}' on this line",
+                Span.point(line, column + start, 2),
+            )
+            break
+        inner = text[start + 2 : end]
+        span = Span(line, column + start, line, column + end + 2)
+        path = inner.strip()
+        if not _PATH.match(path):
+            shown = path or "nothing"
+            diags.add(
+                "C004",
+                f"malformed template reference '{{{{{inner}}}}}': expected a dotted name"
+                f" such as vars.x, found {shown!r}",
+                span,
+            )
+        else:
+            parts.append(RefPart(tuple(path.split(".")), span))
+        pos = end + 2
+    return Template(_merge(parts))
+
+
+def parse_lines(lines: list[tuple[str, int, int]], diags: Diagnostics) -> Template:
+    """Parse a multi-line text block given as ``(text, line, column)`` rows."""
+    parts: list[Part] = []
+    for index, (text, line, column) in enumerate(lines):
+        if index:
+            parts.append(TextPart("\n"))
+        parts.extend(parse_template(text, line, column, diags).parts)
+    return Template(_merge(parts))
+
+
+def _text_with_env(
+    text: str, line: int, column: int, parts: list[Part], diags: Diagnostics
+) -> None:
+    pos = 0
+    for m in _ENV.finditer(text):
+        if m.start() > pos:
+            parts.append(TextPart(text[pos : m.start()]))
+        span = Span(line, column + m.start(), line, column + m.end())
+        body = m.group(1)
+        name, sep, default = body.partition(":-")
+        if not _ENV_NAME.match(name):
+            diags.add(
+                "C059",
+                f"bad environment reference '${{{body}}}': expected ${{NAME}} or"
+                " ${NAME:-default}",
+                span,
+            )
+        else:
+            parts.append(EnvPart(name, default if sep else None, span))
+        pos = m.end()
+    rest = text[pos:]
+    open_at = rest.find("${")
+    if open_at >= 0:
+        diags.add(
+            "C059",
+            "unterminated environment reference: '${' has no closing '}'",
+            Span.point(line, column + pos + open_at, 2),
+        )
+    if rest:
+        parts.append(TextPart(rest))
+
+
+def _merge(parts: list[Part]) -> tuple[Part, ...]:
+    merged: list[Part] = []
+    for part in parts:
+        if isinstance(part, TextPart) and merged and isinstance(merged[-1], TextPart):
+            merged[-1] = TextPart(merged[-1].text + part.text)
+        else:
+            merged.append(part)
+    return tuple(merged)
