@@ -1,0 +1,7 @@
+"""``python -m iterion_nb.cli``."""
+
+from __future__ import annotations
+
+from iterion_nb.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""``iterion-nb``: validate and draw workflows (run commands arrive with the runtime).
+
+Exit codes: 0 success, 1 the workflow has errors, 2 bad usage or unreadable file.
+User mistakes are printed as messages on stderr, never as tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from iterion_nb import __version__
+from iterion_nb.dsl.diagnostics import Severity, render_all
+from iterion_nb.ir import CompileResult, analyze
+from iterion_nb.ir.mermaid import to_mermaid
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+class _UsageError(Exception):
+    """A mistake in how the command was called (bad path, unreadable file)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="iterion-nb",
+        description="Jupyter-native engine for AI-agent workflows.",
+    )
+    parser.add_argument("--version", action="version", version=f"iterion-nb {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    validate = sub.add_parser("validate", help="compile a .iter file and report every problem")
+    validate.add_argument("file", help="the .iter workflow to check")
+    validate.add_argument("--json", action="store_true", help="print diagnostics as JSON")
+    graph = sub.add_parser("graph", help="print the workflow as a Mermaid flowchart")
+    graph.add_argument("file", help="the .iter workflow to draw")
+    return parser
+
+
+def _compile(path_text: str) -> CompileResult:
+    path = Path(path_text)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise _UsageError(f"{path_text}: no such file") from None
+    except IsADirectoryError:
+        raise _UsageError(f"{path_text}: is a directory, not a .iter file") from None
+    except OSError as err:
+        raise _UsageError(f"{path_text}: cannot read: {err.strerror}") from None
+    return analyze(data, path_text)
+
+
+def _summary(result: CompileResult) -> str:
+    errors = sum(d.severity is Severity.ERROR for d in result.diagnostics)
+    warnings = len(result.diagnostics) - errors
+    if result.workflow is not None:
+        wf = result.workflow
+        head = (
+            f"{result.source.name}: ok — workflow '{wf.name}',"
+            f" {len(wf.nodes)} nodes, {len(wf.edges)} edges"
+        )
+    else:
+        head = f"{result.source.name}: {errors} error{'s' if errors != 1 else ''}"
+    if warnings:
+        head += f", {warnings} warning{'s' if warnings != 1 else ''}"
+    return head
+
+
+def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
+    """``validate FILE [--json]``."""
+    result = _compile(args.file)
+    if args.json:
+        payload = {
+            "ok": result.ok,
+            "diagnostics": [d.to_json() for d in result.diagnostics],
+        }
+        out.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    else:
+        if result.diagnostics:
+            out.write(render_all(result.diagnostics, result.source) + "\n\n")
+        out.write(_summary(result) + "\n")
+    return EXIT_OK if result.ok else EXIT_INVALID
+
+
+def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``graph FILE``: Mermaid on stdout; diagnostics on stderr if it does not compile."""
+    result = _compile(args.file)
+    if result.workflow is None:
+        err.write(render_all(result.diagnostics, result.source) + "\n\n")
+        err.write(_summary(result) + "\n")
+        return EXIT_INVALID
+    out.write(to_mermaid(result.workflow))
+    return EXIT_OK
+
+
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Run the command line; returns the exit code."""
+    stdout = out or sys.stdout
+    stderr = err or sys.stderr
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            return cmd_validate(args, stdout)
+        return cmd_graph(args, stdout, stderr)
+    except _UsageError as problem:
+        stderr.write(f"iterion-nb: {problem}\n")
+        return EXIT_USAGE
