@@ -1,0 +1,111 @@
+"""The installed ``iterion-nb`` command, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+FIXTURES = ROOT / "tests" / "fixtures" / "diagnostics"
+SCRIPT = Path(sys.executable).parent / ("iterion-nb.exe" if os.name == "nt" else "iterion-nb")
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    assert SCRIPT.exists(), "install the package (pip install -e .) to get the iterion-nb script"
+    return subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, check=False, timeout=60
+    )
+
+
+def test_validate_ok_example() -> None:
+    proc = run("validate", "examples/async_questions.iter")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        "examples/async_questions.iter: ok — workflow 'release_notes', 3 nodes, 3 edges\n"
+    )
+
+
+def test_validate_reports_every_error_with_caret() -> None:
+    proc = run("validate", "tests/fixtures/diagnostics/C001.iter")
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        "tests/fixtures/diagnostics/C001.iter:7:3: error[C001]: unknown node 'nowhere' in edge",
+        "    7 |   a -> nowhere",
+        "      |   ^^^^^^^^^^^^",
+        "",
+        "tests/fixtures/diagnostics/C001.iter: 1 error",
+    ]
+
+
+def test_warnings_alone_exit_zero() -> None:
+    proc = run("validate", "tests/fixtures/diagnostics/C242.iter")
+    assert proc.returncode == 0
+    assert "warning[C242]" in proc.stdout
+    assert proc.stdout.rstrip().endswith("2 edges, 1 warning")
+
+
+def test_validate_json_shape() -> None:
+    proc = run("validate", "--json", "tests/fixtures/diagnostics/C241.iter")
+    assert proc.returncode == 1
+    payload = json.loads(proc.stdout)
+    assert payload == {
+        "ok": False,
+        "diagnostics": [
+            {
+                "code": "C241",
+                "severity": "error",
+                "message": "await_answers 'gate' needs a positive 'timeout:' such as \"30m\"",
+                "line": 6,
+                "column": 15,
+            }
+        ],
+    }
+    ok = json.loads(run("validate", "examples/minimal.iter", "--json").stdout)
+    assert ok == {"ok": True, "diagnostics": []}
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.iter")), ids=lambda p: p.name)
+def test_graph_prints_mermaid_for_every_example(path: Path) -> None:
+    proc = run("graph", str(path))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "flowchart TD"
+    assert any(line.strip().startswith("start((start)) -->") for line in lines)
+    assert "  n_done((done))" in lines
+
+
+def test_graph_draws_conditions_loops_and_joins() -> None:
+    out = run("graph", "examples/fanout_retry.iter").stdout
+    assert '  n_decide -->|"approved"| n_summary' in out
+    assert '  n_decide -.->|"not approved · loop revise ≤3"| n_writer' in out
+    assert "await wait_all" in out
+    assert '  n_reviews{{"reviews<br/><small>router: fan_out_all</small>"}}' in out
+
+
+def test_graph_of_invalid_workflow_fails_with_diagnostics_on_stderr() -> None:
+    proc = run("graph", "tests/fixtures/diagnostics/C019.iter")
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert "error[C019]" in proc.stderr
+
+
+def test_missing_file_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    proc = run("validate", str(tmp_path / "nope.iter"))
+    assert proc.returncode == 2
+    assert proc.stderr == f"iterion-nb: {tmp_path / 'nope.iter'}: no such file\n"
+    directory = run("graph", str(tmp_path))
+    assert directory.returncode == 2
+    assert "is a directory" in directory.stderr
+
+
+def test_usage_errors_exit_two() -> None:
+    proc = run("frobnicate")
+    assert proc.returncode == 2
+    assert "invalid choice" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from iterion_nb.dsl import ast, parse_source
+from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.source import Source, Span
+
+
+def parse(text: str) -> tuple[ast.Module, Diagnostics]:
+    diags = Diagnostics()
+    return parse_source(Source("t.iter", text), diags), diags
+
+
+WORKFLOW = """\
+vars:
+  topic: string = "tea"
+  tags: string[] = ["a", "b"]
+
+schema verdict:
+  approved: bool
+  tone: string [enum: "formal", "casual"]
+
+agent a:
+  tools: [read_file, list_files]
+  tool_max_steps: 4
+
+workflow w:
+  vars:
+    extra: int = 2
+  entry: a
+  budget:
+    max_cost_usd: 1.5
+  a -> done when not approved
+  a -> a when "length(outputs.a.text) > 3" as retry(3) with {
+    note: "again",
+    n: "{{loop.retry.iteration}}"
+  }
+"""
+
+
+def test_whole_grammar_parses_without_diagnostics() -> None:
+    module, diags = parse(WORKFLOW)
+    assert list(diags) == []
+    kinds = [type(d).__name__ for d in module.declarations]
+    assert kinds == ["VarsDecl", "SchemaDecl", "NodeDecl", "WorkflowDecl"]
+
+
+def test_vars_and_schema_fields() -> None:
+    module, _ = parse(WORKFLOW)
+    vars_decl = module.declarations[0]
+    assert isinstance(vars_decl, ast.VarsDecl)
+    tags = vars_decl.vars[1]
+    assert (tags.name, tags.type.name, tags.type.is_list) == ("tags", "string", True)
+    assert isinstance(tags.default, ast.ListValue)
+    schema = module.declarations[1]
+    assert isinstance(schema, ast.SchemaDecl)
+    assert [e.text for e in schema.fields[1].enum] == ["formal", "casual"]
+
+
+def test_edges_carry_conditions_loops_mappings_and_spans() -> None:
+    module, _ = parse(WORKFLOW)
+    wf = module.declarations[-1]
+    assert isinstance(wf, ast.WorkflowDecl)
+    first, second = wf.edges
+    assert isinstance(first.when, ast.WhenField)
+    assert (first.when.field, first.when.negated) == ("approved", True)
+    assert first.src_span == Span(19, 3, 19, 4)
+    assert isinstance(second.when, ast.WhenExpr)
+    assert second.when.text == "length(outputs.a.text) > 3"
+    assert second.when.text_span.column == 16  # just inside the quote
+    assert second.loop is not None and (second.loop.name, second.loop.bound.text) == ("retry", "3")
+    assert second.with_ is not None
+    assert [e.key for e in second.with_.entries] == ["note", "n"]
+    assert wf.vars[0].vars[0].name == "extra"
+
+
+def test_block_properties_hold_nested_entries() -> None:
+    module, _ = parse(WORKFLOW)
+    wf = module.declarations[-1]
+    assert isinstance(wf, ast.WorkflowDecl)
+    budget = next(p for p in wf.properties if p.name == "budget")
+    assert isinstance(budget.value, ast.BlockValue)
+    assert [(e.name, e.value) for e in budget.value.entries] == [
+        ("max_cost_usd", ast.NumberValue("1.5", Span(18, 19, 18, 22)))
+    ]
+
+
+def test_errors_are_collected_and_parsing_continues() -> None:
+    text = 'agent a:\n  model "x"\nagent b:\n  tools: [x,, y]\nwibble\nworkflow w:\n  entry: a\n'
+    module, diags = parse(text)
+    lines = [(d.code, d.line) for d in diags]
+    assert lines == [("S001", 2), ("S001", 4), ("S001", 5)]
+    names = [getattr(d, "name", None) for d in module.declarations]
+    assert names == ["a", "b", "w"]
+
+
+def test_edges_outside_workflow_get_a_hint() -> None:
+    _, diags = parse("a -> b\n")
+    (diag,) = list(diags)
+    assert "inside the workflow" in diag.message
+
+
+def test_every_node_keyword_parses() -> None:
+    text = "".join(
+        f"{kind} n{i}:\n  await: wait_all\n\n" for i, kind in enumerate(ast.NODE_KEYWORDS)
+    )
+    module, diags = parse(text)
+    assert list(diags) == []
+    assert [d.kind for d in module.declarations if isinstance(d, ast.NodeDecl)] == list(
+        ast.NODE_KEYWORDS
+    )

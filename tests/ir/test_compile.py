@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import iterion_nb as it
+from iterion_nb.ir import model as m
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.iter"))
+
+
+def test_there_are_examples() -> None:
+    names = {p.name for p in EXAMPLE_FILES}
+    assert {"minimal.iter", "fanout_retry.iter", "async_questions.iter"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_every_example_compiles_cleanly(path: Path) -> None:
+    result = it.analyze(path.read_bytes(), str(path))
+    assert [(d.code, d.message) for d in result.diagnostics] == []
+    assert result.workflow is not None
+
+
+def test_async_example_exposes_interaction_and_gate() -> None:
+    wf = it.compile_file(EXAMPLES / "async_questions.iter")
+    gatherer = wf.nodes["gatherer"]
+    gate = wf.nodes["gate"]
+    assert isinstance(gatherer, m.AgentNode) and gatherer.interaction == "async"
+    assert isinstance(gate, m.AwaitAnswersNode)
+    assert gate.from_node == "gatherer"
+    assert gate.timeout_seconds == 30 * 60
+    finalizer = wf.nodes["finalizer"]
+    assert isinstance(finalizer, m.AgentNode) and finalizer.user is not None
+    refs = [r.path for r in finalizer.user.refs]
+    assert ("outputs", "gate", "answers") in refs
+
+
+def test_fanout_example_has_join_loop_and_budget() -> None:
+    wf = it.compile_file(EXAMPLES / "fanout_retry.iter")
+    assert wf.nodes["decide"].await_mode == "wait_all"
+    router = wf.nodes["reviews"]
+    assert isinstance(router, m.RouterNode) and router.mode == "fan_out_all"
+    assert wf.loops["revise"].max_iterations == 3
+    back = next(e for e in wf.outgoing("decide") if e.loop)
+    assert back.dst == "writer"
+    assert back.condition == m.FieldCondition("approved", True, back.condition.span)  # type: ignore[union-attr]
+    assert wf.budget == m.Budget(
+        max_parallel_branches=2, max_duration_seconds=600.0, max_iterations=20
+    )
+    mapped = dict(next(e for e in wf.outgoing("reviews") if e.dst == "style").mapping)
+    assert mapped["focus"].render(lambda p: None) == "clarity and tone"
+    summary = wf.nodes["summary"]
+    assert isinstance(summary, m.ComputeNode)
+    assert [e.field for e in summary.exprs] == ["mean_score", "issues", "headline"]
+    assert [e.src for e in wf.incoming("decide")] == ["accuracy", "style"]
+
+
+def test_compile_raises_one_error_carrying_every_problem() -> None:
+    text = (
+        'agent a:\n  model: "x"\n  user: nope\n  output: missing\n\n'
+        "workflow w:\n  entry: a\n  a -> b\n"
+    )
+    with pytest.raises(it.CompileError) as info:
+        it.compile(text, "flow.iter")
+    codes = [(d.code, d.line, d.column) for d in info.value.diagnostics]
+    assert codes == [("C003", 3, 9), ("C002", 4, 11), ("C001", 8, 3)]
+    message = str(info.value)
+    assert message.startswith("flow.iter: 3 errors\n")
+    assert "flow.iter:8:3: error[C001]: unknown node 'b' in edge" in message
+    assert "    8 |   a -> b\n      |   ^^^^^^" in message
+
+
+def test_warnings_do_not_stop_compilation() -> None:
+    text = (
+        'agent a:\n  model: "x"\n\nagent stray:\n  model: "x"\n\n'
+        "workflow w:\n  entry: a\n  a -> done\n  stray -> done\n"
+    )
+    result = it.analyze(text)
+    assert result.ok
+    assert [(d.code, d.severity.value) for d in result.diagnostics] == [("C016", "warning")]
+
+
+def test_vars_types_defaults_and_env() -> None:
+    text = (
+        'vars:\n  n: int = 3\n  ratio: float = 2\n  tags: string[] = ["a"]\n'
+        '  cfg: json = {k: [1, true]}\n  model: string = "${MODEL:-scripted}"\n  req: string\n\n'
+        'agent a:\n  model: "${AGENT_MODEL}"\n\nworkflow w:\n  entry: a\n  a -> done\n'
+    )
+    wf = it.compile(text)
+    assert {k: (str(v.type), v.has_default, v.default) for k, v in wf.vars.items()} == {
+        "n": ("int", True, 3),
+        "ratio": ("float", True, 2),
+        "tags": ("string[]", True, ["a"]),
+        "cfg": ("json", True, {"k": [1, True]}),
+        "model": ("string", True, "${MODEL:-scripted}"),
+        "req": ("string", False, None),
+    }
+    assert wf.env_names == ("AGENT_MODEL",)
+
+
+def test_source_hash_tracks_the_text() -> None:
+    base = (EXAMPLES / "minimal.iter").read_text()
+    one = it.compile(base)
+    assert it.compile(base).source_hash == one.source_hash
+    assert it.compile(base + "\n## changed\n").source_hash != one.source_hash
+
+
+def test_field_condition_on_router_checks_its_predecessors() -> None:
+    text = (
+        "schema v:\n  ok: bool\n\nagent a:\n  output: v\n\nrouter r:\n  mode: condition\n\n"
+        "workflow w:\n  entry: a\n  a -> r\n  r -> done when ok\n  r -> fail when not ok\n"
+    )
+    assert it.analyze(text).ok
+    bad = text.replace("when ok", "when good").replace("when not ok", "when not good")
+    assert {d.code for d in it.analyze(bad).diagnostics} == {"C014"}
+
+
+def test_expression_conditions_check_bare_fields() -> None:
+    text = (
+        "schema v:\n  score: int\n\nagent a:\n  output: v\n\n"
+        'workflow w:\n  entry: a\n  a -> done when "score >= 8"\n  a -> fail\n'
+    )
+    assert it.analyze(text).ok
+    bad = it.analyze(text.replace("score >= 8", "grade >= 8"))
+    (diag,) = bad.diagnostics
+    assert (diag.code, diag.line, diag.column) == ("C014", 9, 19)
+
+
+def test_every_node_kind_compiles_to_its_ir_class() -> None:
+    text = (EXAMPLES / "fanout_retry.iter").read_text()
+    wf = it.compile(text)
+    assert {type(n).__name__ for n in wf.nodes.values()} == {
+        "AgentNode", "RouterNode", "ComputeNode"
+    }  # fmt: skip
+    extra = (
+        'human h:\n  instructions: "Approve {{vars.brief}}?"\n  interaction: llm_or_human\n'
+        "  min_answers: 2\n\n"
+        'tool t:\n  command: "echo {{vars.brief}}"\n  timeout: 90s\n\n'
+        'workflow w:\n  entry: h\n  h -> t\n  t -> done when "exit_code == 0"\n  t -> fail\n'
+    )
+    wf2 = it.compile('vars:\n  brief: string = "x"\n\n' + extra)
+    human = wf2.nodes["h"]
+    tool = wf2.nodes["t"]
+    assert isinstance(human, m.HumanNode) and human.interaction == "llm_or_human"
+    assert human.min_answers == 2
+    assert isinstance(tool, m.ToolNode) and tool.timeout_seconds == 90.0
+    assert tool.command.render(lambda p: "hi") == "echo hi"
