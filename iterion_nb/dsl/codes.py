@@ -80,6 +80,7 @@ CODES: dict[str, CodeInfo] = {
     "C057": CodeInfo(_E, "default value does not match its type"),
     "C058": CodeInfo(_E, "name declared twice"),
     "C059": CodeInfo(_E, "bad environment reference"),
+    "C060": CodeInfo(_E, "parallel branches meet at a node without await"),
     # events
     "C196": CodeInfo(_E, "emit or wait without event"),
     "C197": CodeInfo(_E, "wait without timeout"),

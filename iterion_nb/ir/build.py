@@ -71,6 +71,8 @@ class Draft:
     loops: dict[str, m.Loop] = field(default_factory=dict)
     templates: list[TemplateUse] = field(default_factory=list)
     exprs: list[ExprUse] = field(default_factory=list)
+    #: Where each ``with`` key of an edge is written: (edge span, key) -> span.
+    key_spans: dict[tuple[Span, str], Span] = field(default_factory=dict)
 
 
 class Builder:
@@ -331,6 +333,8 @@ class Builder:
         mapping: list[tuple[str, Template]] = []
         if decl.with_ is not None:
             mapping = self.mapping(decl.with_, decl.src)
+            for entry in decl.with_.entries:
+                self.draft.key_spans[(decl.span, entry.key)] = entry.key_span
         self.draft.edges.append(
             m.Edge(decl.src, decl.dst, condition, loop, tuple(mapping), decl.span)
         )

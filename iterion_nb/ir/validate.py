@@ -17,6 +17,7 @@ def validate(draft: Draft, diags: Diagnostics) -> None:
     members = _loop_members(draft, edges)
     _check_cycles(draft, edges, diags)
     _check_reach(draft, edges, diags)
+    _check_joins(draft, edges, diags)
     _check_nodes(draft, diags)
     _check_mappings(draft, edges, diags)
     refs = RefChecker(draft, members, diags)
@@ -276,6 +277,57 @@ def _check_reach(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None:
             diags.add("C016", f"node '{name}' is unreachable from entry '{draft.entry}'", node.span)
 
 
+def _check_joins(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None:
+    """C060: where branches of one fan-out meet, the node must declare ``await:``.
+
+    Each branch is followed over non-loop edges until a node that declares
+    ``await:`` (where it ends). A node reached by several branches is a
+    meeting point when none of its predecessors already carried all of them;
+    nodes further down inherit the meeting and are not reported again.
+    """
+    succ = _successors(edges, skip_loops=True)
+    pred: dict[str, list[str]] = {}
+    for edge in edges:
+        if edge.loop is None:
+            pred.setdefault(edge.dst, []).append(edge.src)
+    for router in draft.nodes.values():
+        if not (isinstance(router, m.RouterNode) and router.mode == "fan_out_all"):
+            continue
+        starts = [d for d in succ.get(router.name, []) if d in draft.nodes]
+        if len(starts) < 2:
+            continue
+        branches: dict[str, set[int]] = {}
+        for index, start in enumerate(starts):
+            for name in _branch_nodes(start, router.name, succ, draft):
+                branches.setdefault(name, set()).add(index)
+        for name, seen_by in branches.items():
+            node = draft.nodes[name]
+            if len(seen_by) < 2 or node.await_mode is not None:
+                continue
+            if any(branches.get(p) == seen_by for p in pred.get(name, [])):
+                continue
+            diags.add(
+                "C060",
+                f"parallel branches of '{router.name}' meet at '{name}', which does not"
+                " declare 'await: wait_all' or 'await: best_effort'",
+                node.span,
+            )
+
+
+def _branch_nodes(start: str, router: str, succ: dict[str, list[str]], draft: Draft) -> set[str]:
+    seen = {start}
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if draft.nodes[name].await_mode is not None:
+            continue
+        for nxt in succ.get(name, []):
+            if nxt not in seen and nxt != router and nxt in draft.nodes:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
 def _check_nodes(draft: Draft, diags: Diagnostics) -> None:
     _check_events(draft, diags)
     for node in draft.nodes.values():
@@ -356,10 +408,10 @@ def _check_mappings(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> No
         fields = input_fields(draft.nodes.get(edge.dst), draft.schemas)
         if fields is None or not edge.mapping:
             continue
-        decl_keys = {key for key, _ in edge.mapping}
-        for key in sorted(decl_keys - fields):
-            diags.add(
-                "C034",
-                f"'{key}' is not a field of the input schema of '{edge.dst}'",
-                edge.span,
-            )
+        for key, _ in edge.mapping:
+            if key not in fields:
+                diags.add(
+                    "C034",
+                    f"'{key}' is not a field of the input schema of '{edge.dst}'",
+                    draft.key_spans.get((edge.span, key), edge.span),
+                )

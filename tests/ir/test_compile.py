@@ -147,3 +147,70 @@ def test_every_node_kind_compiles_to_its_ir_class() -> None:
     assert human.min_answers == 2
     assert isinstance(tool, m.ToolNode) and tool.timeout_seconds == 90.0
     assert tool.command.render(lambda p: "hi") == "echo hi"
+
+
+def test_with_keys_are_checked_against_the_destination_input() -> None:
+    text = (
+        (EXAMPLES / "fanout_retry.iter")
+        .read_text()
+        .replace('focus: "clarity and tone"', 'topic: "clarity and tone"')
+    )
+    result = it.analyze(text, "f.iter")
+    (diag,) = result.diagnostics
+    assert (diag.code, diag.line, diag.column) == ("C034", 95, 5)
+    assert "'topic' is not a field of the input schema of 'style'" in diag.message
+
+
+JOINS = """\
+schema v:
+  ok: bool
+
+agent a:
+  model: "scripted"
+
+router split:
+  mode: fan_out_all
+
+agent left:
+  output: v
+
+agent left_fix:
+  model: "scripted"
+
+agent left_end:
+  model: "scripted"
+
+agent right:
+  model: "scripted"
+
+agent merge:
+  await: wait_all
+
+agent after:
+  model: "scripted"
+
+workflow w:
+  entry: a
+  a -> split
+  split -> left
+  split -> right
+  left -> left_fix when not ok
+  left -> left_end when ok
+  left_fix -> left_end
+  left_end -> merge
+  right -> merge
+  merge -> after
+  after -> done
+"""
+
+
+def test_joins_inside_a_branch_and_after_an_await_need_no_await() -> None:
+    # left_end merges two paths of the same branch; after follows the join
+    assert [(d.code, d.message) for d in it.analyze(JOINS).diagnostics] == []
+
+
+def test_a_missing_await_is_reported_once_at_the_meeting_point() -> None:
+    result = it.analyze(
+        JOINS.replace("agent merge:\n  await: wait_all", 'agent merge:\n  model: "x"')
+    )
+    assert [(d.code, d.line) for d in result.diagnostics] == [("C060", 22)]
