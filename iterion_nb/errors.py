@@ -35,3 +35,54 @@ class CompileError(IterionError):
 
 class ControlSignal(BaseException):
     """Base of the runtime's control flow (pause, cancel, budget exhausted)."""
+
+
+class StoreError(IterionError):
+    """A problem with the run store."""
+
+
+class NotFoundError(StoreError):
+    """A run, interaction or artifact that does not exist.
+
+    Attributes:
+        kind: What was looked for (``run``, ``interaction``, ``artifact``).
+        key: The id or name that was not found.
+    """
+
+    def __init__(self, kind: str, key: str) -> None:
+        self.kind = kind
+        self.key = key
+        super().__init__(f"no {kind} '{key}'")
+
+
+class ConflictError(StoreError):
+    """An operation that contradicts what is already recorded."""
+
+
+class AlreadyAnsweredError(ConflictError):
+    """A second answer to an interaction. ``existing`` is the recorded one."""
+
+    def __init__(self, interaction_id: str, existing: object) -> None:
+        self.interaction_id = interaction_id
+        self.existing = existing
+        super().__init__(f"question '{interaction_id}' is already answered")
+
+
+class InvalidAnswerError(StoreError):
+    """An answer that cannot be recorded (too large, not JSON data)."""
+
+
+class StoreLockedError(StoreError):
+    """Another live process holds the store file. ``pid`` is that process, if known."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        self.path = path
+        self.pid = pid
+        holder = f"process {pid}" if pid is not None else "another process"
+        super().__init__(
+            f"the run store {path} is held by {holder}; stop it or use another store path"
+        )
+
+
+class StoreFileError(StoreError):
+    """The file at the store path is not an iterion_nb store (it is left untouched)."""

@@ -1,0 +1,144 @@
+"""The ports the runtime talks to. Implementations live in ``store/`` and ``backends/``.
+
+Every Store implementation must pass the conformance suite in
+``tests/conformance/``; that suite is the precise contract, this protocol
+its signature.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from iterion_nb.runtime.records import (
+    AnswerResult,
+    Artifact,
+    Event,
+    Interaction,
+    InteractionKind,
+    QueuedMessage,
+    Run,
+    RunStatus,
+)
+
+#: Marks an argument that was not given (so ``None`` can mean "clear it").
+UNSET: Any = object()
+
+
+class Store(Protocol):
+    """Durable storage of runs and everything they record.
+
+    All methods are coroutines and may be awaited from any event loop on any
+    thread. Methods that read or change status flush pending events first,
+    so a reader never sees a status newer than the events that led to it.
+    """
+
+    async def create_run(self, run: Run) -> Run:
+        """Record a new run (committed before returning)."""
+        ...
+
+    async def get_run(self, run_id: str) -> Run:
+        """The run; raises ``NotFoundError`` if there is none."""
+        ...
+
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus | None = None,
+        error: str | None = UNSET,
+        checkpoint: dict[str, Any] | None = UNSET,
+        source_hash: str | None = None,
+        source: str | None = None,
+    ) -> Run:
+        """Change a run's status, error, checkpoint or source; committed at once."""
+        ...
+
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
+        """Runs, newest first, optionally only those with ``status``."""
+        ...
+
+    async def append_event(
+        self,
+        run_id: str,
+        event_type: str,
+        data: dict[str, Any] | None = None,
+        *,
+        node_id: str | None = None,
+        branch_id: str | None = None,
+    ) -> int:
+        """Append an event and return its ``seq``, the next of the run (1, 2, …).
+
+        Events are written in batches: one may reach the file a short,
+        bounded time after this returns (see the implementation's docs).
+        """
+        ...
+
+    async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        """The run's events with ``seq > after``, in order."""
+        ...
+
+    async def put_artifact(self, run_id: str, node_id: str, name: str, value: Any) -> Artifact:
+        """Publish a new version of artifact ``name``."""
+        ...
+
+    async def get_artifact(self, run_id: str, name: str, version: int | None = None) -> Artifact:
+        """The latest (or a given) version of an artifact; ``NotFoundError`` if none."""
+        ...
+
+    async def list_artifacts(self, run_id: str) -> list[Artifact]:
+        """Every version of every artifact of a run, by name then version."""
+        ...
+
+    async def add_interaction(self, interaction: Interaction) -> Interaction:
+        """Record a question (committed before returning; rings the doorbell)."""
+        ...
+
+    async def get_interaction(self, interaction_id: str) -> Interaction:
+        """The interaction; ``NotFoundError`` if there is none."""
+        ...
+
+    async def pending_interactions(
+        self,
+        run_id: str | None = None,
+        *,
+        node_id: str | None = None,
+        kind: InteractionKind | None = None,
+    ) -> list[Interaction]:
+        """Unanswered interactions, oldest first, filtered by run, node and kind."""
+        ...
+
+    async def interactions(self, run_id: str) -> list[Interaction]:
+        """Every interaction of a run, answered or not, oldest first."""
+        ...
+
+    async def answer(
+        self, interaction_id: str, answer: Any, *, answered_by: str = "unknown"
+    ) -> AnswerResult:
+        """Answer a pending interaction, atomically.
+
+        Sets the answer, the time and ``answered_by`` and, for an ``async``
+        question, queues ``[Answer to question <id>] Q: "…" — A: …`` for the
+        asking node, in one transaction; then rings the doorbell.
+
+        Raises:
+            NotFoundError: No such interaction.
+            AlreadyAnsweredError: It was answered before (carries that answer).
+            InvalidAnswerError: Not JSON data, or over 64 KB.
+        """
+        ...
+
+    async def queue_message(self, run_id: str, node_id: str, text: str) -> QueuedMessage:
+        """Queue a message for one node of a run (rings the doorbell)."""
+        ...
+
+    async def drain_messages(self, run_id: str, node_id: str) -> list[QueuedMessage]:
+        """Take the node's undelivered messages, oldest first; each is returned once ever."""
+        ...
+
+    async def flush(self) -> None:
+        """Write buffered events now."""
+        ...
+
+    async def close(self) -> None:
+        """Flush and release the store."""
+        ...

@@ -1,0 +1,176 @@
+"""The records the run store keeps: runs, events, artifacts, interactions, messages.
+
+Plain frozen data shared by every Store implementation. Times are timezone-
+aware UTC datetimes; JSON payloads are plain Python data (dict, list, str,
+int, float, bool, None) and round-trip exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from iterion_nb.errors import InvalidAnswerError
+
+RunStatus = Literal[
+    "running", "paused_waiting_human", "finished", "failed", "failed_resumable", "cancelled"
+]
+RUN_STATUSES: tuple[RunStatus, ...] = (
+    "running", "paused_waiting_human", "finished", "failed", "failed_resumable", "cancelled"
+)  # fmt: skip
+InteractionKind = Literal["human", "ask_user", "async", "await"]
+INTERACTION_KINDS: tuple[InteractionKind, ...] = ("human", "ask_user", "async", "await")
+
+#: An answer larger than this (as UTF-8 JSON) is refused.
+MAX_ANSWER_BYTES = 64 * 1024
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (the default clock)."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A choice offered with a question."""
+
+    id: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A run of a workflow."""
+
+    id: str
+    workflow: str
+    source_hash: str
+    status: RunStatus
+    created_at: datetime
+    updated_at: datetime
+    source: str = ""
+    vars: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    checkpoint: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a run's append-only event log, ordered by ``seq``."""
+
+    run_id: str
+    seq: int
+    type: str
+    at: datetime
+    data: dict[str, Any] = field(default_factory=dict)
+    node_id: str | None = None
+    branch_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A published value; each publish of a name adds a version (1, 2, …)."""
+
+    run_id: str
+    name: str
+    version: int
+    node_id: str
+    value: Any
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Interaction:
+    """A question to a person. Pending while ``answered_at`` is None.
+
+    ``kind`` is ``human`` (a gate), ``ask_user`` (blocking tool), ``async``
+    (asked without stopping) or ``await`` (a synthetic pause listing the
+    ``waits_on`` ids it waits for).
+    """
+
+    id: str
+    run_id: str
+    node_id: str
+    kind: InteractionKind
+    questions: tuple[str, ...]
+    requested_at: datetime
+    branch_id: str | None = None
+    options: tuple[Option, ...] = ()
+    allow_free_text: bool = True
+    waits_on: tuple[str, ...] = ()
+    answered_at: datetime | None = None
+    answers: Any = None
+    answered_by: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether nobody has answered yet."""
+        return self.answered_at is None
+
+    @property
+    def question(self) -> str:
+        """The questions as one text."""
+        return "\n".join(self.questions)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedMessage:
+    """A message for one node of a run, delivered once at its next turn."""
+
+    id: str
+    run_id: str
+    node_id: str
+    text: str
+    created_at: datetime
+    delivered_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerResult:
+    """What answering recorded: the answered interaction and its queued message."""
+
+    interaction: Interaction
+    message: QueuedMessage | None
+
+
+def answer_text(answer: Any) -> str:
+    """How an answer reads inside a message: text as is, anything else as JSON."""
+    if isinstance(answer, str):
+        return answer
+    return json.dumps(answer, ensure_ascii=False, sort_keys=True)
+
+
+def answer_message(interaction: Interaction, answer: Any) -> str:
+    """The text queued for the asking node when its question is answered."""
+    question = json.dumps(interaction.question, ensure_ascii=False)
+    return f"[Answer to question {interaction.id}] Q: {question} — A: {answer_text(answer)}"
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
+def encode_json(value: Any) -> str:
+    """Serialise JSON data exactly (unicode kept, key order kept)."""
+    return _ENCODER.encode(value)
+
+
+def check_answer(answer: Any) -> str:
+    """Validate an answer and return its JSON text.
+
+    Raises:
+        InvalidAnswerError: If it is not JSON data or exceeds :data:`MAX_ANSWER_BYTES`.
+    """
+    try:
+        text = encode_json(answer)
+    except (TypeError, ValueError) as err:
+        raise InvalidAnswerError(
+            f"an answer must be JSON data (text, numbers, lists, objects): {err}"
+        ) from None
+    size = len(text.encode("utf-8"))
+    if size > MAX_ANSWER_BYTES:
+        raise InvalidAnswerError(
+            f"the answer is {size:,} bytes; answers are limited to {MAX_ANSWER_BYTES:,} bytes"
+        )
+    return text

@@ -1,0 +1,80 @@
+"""The DuckDB schema, as numbered migrations applied in order.
+
+``schema_migrations`` records which versions a file has; opening a file
+applies the missing ones, each in its own transaction. A file from a newer
+iterion_nb (a version we do not know) is refused rather than touched.
+"""
+
+from __future__ import annotations
+
+#: Marks a DuckDB file as ours; a database without it belongs to someone else.
+APP_MARK = "iterion_nb"
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE iterion_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+        CREATE TABLE runs (
+            id VARCHAR PRIMARY KEY,
+            workflow VARCHAR NOT NULL,
+            source_hash VARCHAR NOT NULL,
+            status VARCHAR NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            updated_at TIMESTAMP NOT NULL,
+            source VARCHAR NOT NULL,
+            vars VARCHAR NOT NULL,
+            error VARCHAR,
+            checkpoint VARCHAR
+        );
+        CREATE TABLE events (
+            run_id VARCHAR NOT NULL,
+            seq BIGINT NOT NULL,
+            type VARCHAR NOT NULL,
+            occurred_at TIMESTAMP NOT NULL,
+            node_id VARCHAR,
+            branch_id VARCHAR,
+            data VARCHAR NOT NULL
+        );
+        CREATE TABLE artifacts (
+            run_id VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            version INTEGER NOT NULL,
+            node_id VARCHAR NOT NULL,
+            value VARCHAR NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (run_id, name, version)
+        );
+        CREATE SEQUENCE interaction_order;
+        CREATE TABLE interactions (
+            id VARCHAR PRIMARY KEY,
+            n BIGINT NOT NULL DEFAULT nextval('interaction_order'),
+            run_id VARCHAR NOT NULL,
+            node_id VARCHAR NOT NULL,
+            branch_id VARCHAR,
+            kind VARCHAR NOT NULL,
+            questions VARCHAR NOT NULL,
+            options VARCHAR NOT NULL,
+            allow_free_text BOOLEAN NOT NULL,
+            waits_on VARCHAR NOT NULL,
+            requested_at TIMESTAMP NOT NULL,
+            answered_at TIMESTAMP,
+            answers VARCHAR,
+            answered_by VARCHAR
+        );
+        CREATE INDEX interactions_by_run ON interactions (run_id);
+        CREATE SEQUENCE message_order;
+        CREATE TABLE messages (
+            id VARCHAR PRIMARY KEY,
+            n BIGINT NOT NULL DEFAULT nextval('message_order'),
+            run_id VARCHAR NOT NULL,
+            node_id VARCHAR NOT NULL,
+            text VARCHAR NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            delivered_at TIMESTAMP
+        );
+        """,
+    ),
+]
+
+LATEST = MIGRATIONS[-1][0]

@@ -1,0 +1,267 @@
+"""The in-memory Store: the reference implementation, for tests and throwaway runs.
+
+Everything lives in dicts behind one lock, so it is safe from any thread and
+any event loop; nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from iterion_nb.errors import AlreadyAnsweredError, ConflictError, NotFoundError
+from iterion_nb.runtime.doorbell import Doorbell
+from iterion_nb.runtime.ports import UNSET
+from iterion_nb.runtime.records import (
+    AnswerResult,
+    Artifact,
+    Event,
+    Interaction,
+    InteractionKind,
+    QueuedMessage,
+    Run,
+    RunStatus,
+    answer_message,
+    check_answer,
+    encode_json,
+    utcnow,
+)
+
+
+def _copy_json(value: Any) -> Any:
+    """A deep copy of JSON data, so callers cannot mutate what is stored."""
+    import json
+
+    return json.loads(encode_json(value))
+
+
+class MemoryStore:
+    """A Store kept in memory."""
+
+    def __init__(
+        self,
+        *,
+        doorbell: Doorbell | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        self.doorbell = doorbell or Doorbell()
+        self._clock = clock
+        self._new_id = new_id
+        self._lock = threading.Lock()
+        self._runs: dict[str, Run] = {}
+        self._events: dict[str, list[Event]] = {}
+        self._artifacts: dict[str, list[Artifact]] = {}
+        self._interactions: dict[str, Interaction] = {}
+        self._messages: list[QueuedMessage] = []
+
+    # -- runs ------------------------------------------------------------
+    async def create_run(self, run: Run) -> Run:
+        with self._lock:
+            if run.id in self._runs:
+                raise ConflictError(f"run '{run.id}' already exists")
+            stored = replace(run, vars=_copy_json(run.vars), checkpoint=_copy_json(run.checkpoint))
+            self._runs[run.id] = stored
+            self._events[run.id] = []
+            return stored
+
+    def _run(self, run_id: str) -> Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise NotFoundError("run", run_id)
+        return run
+
+    async def get_run(self, run_id: str) -> Run:
+        with self._lock:
+            return self._run(run_id)
+
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus | None = None,
+        error: str | None = UNSET,
+        checkpoint: dict[str, Any] | None = UNSET,
+        source_hash: str | None = None,
+        source: str | None = None,
+    ) -> Run:
+        with self._lock:
+            run = self._run(run_id)
+            changes: dict[str, Any] = {"updated_at": self._clock()}
+            if status is not None:
+                changes["status"] = status
+            if error is not UNSET:
+                changes["error"] = error
+            if checkpoint is not UNSET:
+                changes["checkpoint"] = _copy_json(checkpoint)
+            if source_hash is not None:
+                changes["source_hash"] = source_hash
+            if source is not None:
+                changes["source"] = source
+            run = replace(run, **changes)
+            self._runs[run_id] = run
+        return run
+
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
+        with self._lock:
+            runs = [r for r in self._runs.values() if status is None or r.status == status]
+        runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        return runs[:limit]
+
+    # -- events ----------------------------------------------------------
+    async def append_event(
+        self,
+        run_id: str,
+        event_type: str,
+        data: dict[str, Any] | None = None,
+        *,
+        node_id: str | None = None,
+        branch_id: str | None = None,
+    ) -> int:
+        with self._lock:
+            self._run(run_id)
+            log = self._events[run_id]
+            event = Event(
+                run_id,
+                len(log) + 1,
+                event_type,
+                self._clock(),
+                _copy_json(data or {}),
+                node_id,
+                branch_id,
+            )
+            log.append(event)
+            return event.seq
+
+    async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        with self._lock:
+            self._run(run_id)
+            selected = self._events[run_id][after:]
+        return selected if limit is None else selected[:limit]
+
+    # -- artifacts -------------------------------------------------------
+    async def put_artifact(self, run_id: str, node_id: str, name: str, value: Any) -> Artifact:
+        with self._lock:
+            self._run(run_id)
+            versions = [a for a in self._artifacts.get(run_id, []) if a.name == name]
+            artifact = Artifact(
+                run_id, name, len(versions) + 1, node_id, _copy_json(value), self._clock()
+            )
+            self._artifacts.setdefault(run_id, []).append(artifact)
+            return artifact
+
+    async def get_artifact(self, run_id: str, name: str, version: int | None = None) -> Artifact:
+        with self._lock:
+            self._run(run_id)
+            versions = [a for a in self._artifacts.get(run_id, []) if a.name == name]
+        for artifact in reversed(versions):
+            if version is None or artifact.version == version:
+                return artifact
+        label = name if version is None else f"{name} v{version}"
+        raise NotFoundError("artifact", label)
+
+    async def list_artifacts(self, run_id: str) -> list[Artifact]:
+        with self._lock:
+            self._run(run_id)
+            found = list(self._artifacts.get(run_id, []))
+        return sorted(found, key=lambda a: (a.name, a.version))
+
+    # -- interactions ----------------------------------------------------
+    async def add_interaction(self, interaction: Interaction) -> Interaction:
+        with self._lock:
+            self._run(interaction.run_id)
+            if interaction.id in self._interactions:
+                raise ConflictError(f"interaction '{interaction.id}' already exists")
+            self._interactions[interaction.id] = interaction
+        self.doorbell.ring(interaction.run_id)
+        return interaction
+
+    async def get_interaction(self, interaction_id: str) -> Interaction:
+        with self._lock:
+            found = self._interactions.get(interaction_id)
+        if found is None:
+            raise NotFoundError("interaction", interaction_id)
+        return found
+
+    async def pending_interactions(
+        self,
+        run_id: str | None = None,
+        *,
+        node_id: str | None = None,
+        kind: InteractionKind | None = None,
+    ) -> list[Interaction]:
+        with self._lock:
+            found = [
+                i
+                for i in self._interactions.values()
+                if i.pending
+                and (run_id is None or i.run_id == run_id)
+                and (node_id is None or i.node_id == node_id)
+                and (kind is None or i.kind == kind)
+            ]
+        return sorted(found, key=lambda i: i.requested_at)
+
+    async def interactions(self, run_id: str) -> list[Interaction]:
+        with self._lock:
+            self._run(run_id)
+            found = [i for i in self._interactions.values() if i.run_id == run_id]
+        return sorted(found, key=lambda i: i.requested_at)
+
+    async def answer(
+        self, interaction_id: str, answer: Any, *, answered_by: str = "unknown"
+    ) -> AnswerResult:
+        check_answer(answer)
+        with self._lock:
+            current = self._interactions.get(interaction_id)
+            if current is None:
+                raise NotFoundError("interaction", interaction_id)
+            if not current.pending:
+                raise AlreadyAnsweredError(interaction_id, current.answers)
+            now = self._clock()
+            answered = replace(
+                current, answered_at=now, answers=_copy_json(answer), answered_by=answered_by
+            )
+            self._interactions[interaction_id] = answered
+            message = None
+            if answered.kind == "async":
+                message = QueuedMessage(
+                    self._new_id(), answered.run_id, answered.node_id,
+                    answer_message(answered, answer), now,
+                )  # fmt: skip
+                self._messages.append(message)
+        self.doorbell.ring(answered.run_id)
+        return AnswerResult(answered, message)
+
+    # -- messages --------------------------------------------------------
+    async def queue_message(self, run_id: str, node_id: str, text: str) -> QueuedMessage:
+        with self._lock:
+            self._run(run_id)
+            message = QueuedMessage(self._new_id(), run_id, node_id, text, self._clock())
+            self._messages.append(message)
+        self.doorbell.ring(run_id)
+        return message
+
+    async def drain_messages(self, run_id: str, node_id: str) -> list[QueuedMessage]:
+        with self._lock:
+            now = self._clock()
+            taken: list[QueuedMessage] = []
+            for index, message in enumerate(self._messages):
+                if (
+                    message.delivered_at is None
+                    and message.run_id == run_id
+                    and message.node_id == node_id
+                ):
+                    delivered = replace(message, delivered_at=now)
+                    self._messages[index] = delivered
+                    taken.append(delivered)
+        return taken
+
+    async def flush(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,67 @@
+"""The Store conformance suite: every implementation runs every test here."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.records import Interaction, Option, Run
+from iterion_nb.store import MemoryStore, open_duckdb_store
+
+IMPLEMENTATIONS = ["memory", "duckdb"]
+
+
+class Clock:
+    """A deterministic clock: each call is one millisecond after the previous."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(milliseconds=1)
+        return self.now
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    clock = Clock()
+    ids = (f"m{n}" for n in itertools.count(1))
+    impl: Store
+    if request.param == "memory":
+        impl = MemoryStore(clock=clock, new_id=lambda: next(ids))
+    else:
+        impl = open_duckdb_store(tmp_path / "runs.duckdb", clock=clock, new_id=lambda: next(ids))
+    yield impl
+    await impl.close()
+
+
+def make_run(run_id: str = "r1", **overrides: Any) -> Run:
+    at = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+    fields: dict[str, Any] = {
+        "id": run_id, "workflow": "w", "source_hash": "h1", "status": "running",
+        "created_at": at, "updated_at": at, "source": "workflow w:\n", "vars": {},
+    }  # fmt: skip
+    fields.update(overrides)
+    return Run(**fields)
+
+
+def make_question(
+    iid: str = "q1",
+    run_id: str = "r1",
+    node_id: str = "gatherer",
+    kind: Any = "async",
+    question: str = "Formal or casual?",
+    minute: int = 0,
+    **overrides: Any,
+) -> Interaction:
+    return Interaction(
+        id=iid, run_id=run_id, node_id=node_id, kind=kind, questions=(question,),
+        requested_at=datetime(2026, 12, 1, 8, minute, tzinfo=UTC),
+        options=(Option("f", "Formal"), Option("c", "Casual")), **overrides,
+    )  # fmt: skip
