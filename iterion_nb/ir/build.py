@@ -603,46 +603,40 @@ class _NodeBuilder:
                 self.diags.add("C052", "'with' expects { key: \"template\", ... }", prop.value.span)
         return m.EmitNode(*self._base(), event=self._event(), payload=tuple(payload))
 
-    def _wait(self) -> m.WaitNode:
-        event = self._event()
-        timeout = None
+    def _timeout(self, code: str, example: str) -> float:
+        """A mandatory, positive ``timeout:`` (0.0 after reporting ``code``)."""
+        kind, name = self.decl.kind, self.decl.name
         prop = self._get("timeout")
         if prop is None:
             self.diags.add(
-                "C197",
-                f"wait '{self.decl.name}' needs 'timeout:'; a wait must never block forever",
+                code,
+                f"{kind} '{name}' needs a positive 'timeout:' such as {example};"
+                " it must never block forever",
                 self.decl.name_span,
             )
-        else:
-            timeout = self.read.duration(prop)
+            return 0.0
+        timeout = self.read.duration(prop)
+        if timeout is not None and timeout <= 0:
+            self.diags.add(
+                code,
+                f"{kind} '{name}' needs a positive timeout, found {timeout:g}s",
+                prop.value.span,
+            )
+        return timeout or 0.0
+
+    def _wait(self) -> m.WaitNode:
         return m.WaitNode(
             *self._base(),
-            event=event,
-            timeout_seconds=timeout or 0.0,
+            event=self._event(),
+            timeout_seconds=self._timeout("C197", '"10m"'),
             output=self._schema("output"),
         )
 
     def _await_answers(self) -> m.AwaitAnswersNode:
-        timeout = None
-        prop = self._get("timeout")
-        if prop is None:
-            self.diags.add(
-                "C241",
-                f"await_answers '{self.decl.name}' needs a positive 'timeout:' such as \"30m\"",
-                self.decl.name_span,
-            )
-        else:
-            timeout = self.read.duration(prop)
-            if timeout is not None and timeout <= 0:
-                self.diags.add(
-                    "C241",
-                    f"await_answers '{self.decl.name}' needs a positive timeout, found"
-                    f" {timeout:g}s",
-                    prop.value.span,
-                )
+        timeout = self._timeout("C241", '"30m"')
         from_prop = self._get("from")
         return m.AwaitAnswersNode(
             *self._base(),
-            timeout_seconds=timeout or 0.0,
+            timeout_seconds=timeout,
             from_node=self.read.name(from_prop) if from_prop else None,
         )

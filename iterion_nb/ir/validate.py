@@ -351,23 +351,19 @@ def _check_events(draft: Draft, diags: Diagnostics) -> None:
     waits = [n for n in draft.nodes.values() if isinstance(n, m.WaitNode)]
     # An emit or wait without its event (C196) could be the partner of any
     # other, so the other side gets no C198 guess.
-    if all(n.event for n in emits):
-        emitted = {n.event for n in emits}
-        for wait in waits:
-            if wait.event and wait.event not in emitted:
+    sides: list[
+        tuple[list[m.WaitNode] | list[m.EmitNode], list[m.WaitNode] | list[m.EmitNode], str]
+    ]
+    sides = [(waits, emits, "waits for '{e}', which no emit node emits"),
+             (emits, waits, "emits '{e}', which no wait node waits for")]  # fmt: skip
+    for these, partners, text in sides:
+        if not all(n.event for n in partners):
+            continue
+        known = {n.event for n in partners}
+        for node in these:
+            if node.event and node.event not in known:
                 diags.add(
-                    "C198",
-                    f"wait '{wait.name}' waits for '{wait.event}', which no emit node emits",
-                    wait.span,
-                )
-    if all(n.event for n in waits):
-        awaited = {n.event for n in waits}
-        for emit in emits:
-            if emit.event and emit.event not in awaited:
-                diags.add(
-                    "C198",
-                    f"emit '{emit.name}' emits '{emit.event}', which no wait node waits for",
-                    emit.span,
+                    "C198", f"{node.kind} '{node.name}' " + text.format(e=node.event), node.span
                 )
 
 

@@ -194,6 +194,14 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             raise
 
 
+def _load_pending(con: duckdb.DuckDBPyConnection) -> list[Interaction]:
+    rows = con.execute(
+        f"SELECT {_INTERACTION_COLUMNS} FROM interactions WHERE answered_at IS NULL"
+        " ORDER BY requested_at, n"
+    ).fetchall()
+    return [_interaction_from_row(row) for row in rows]
+
+
 def open_duckdb_store(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -222,16 +230,15 @@ def open_duckdb_store(
         con = _connect(target)
         try:
             _migrate(con, target)
+            pending = _load_pending(con)
+        except duckdb.Error as err:
+            con.close()
+            raise StoreFileError(
+                f"the run store {target} is damaged or unreadable ({err}); it was left untouched"
+            ) from None
         except BaseException:
             con.close()
             raise
-        pending = [
-            _interaction_from_row(row)
-            for row in con.execute(
-                f"SELECT {_INTERACTION_COLUMNS} FROM interactions WHERE answered_at IS NULL"
-                " ORDER BY requested_at, n"
-            ).fetchall()
-        ]
         store = DuckDBStore(
             target, con, doorbell or Doorbell(), clock, new_id, flush_rows, flush_interval
         )
@@ -274,7 +281,10 @@ class DuckDBStore:
     async def _call(self, fn: Callable[[], T]) -> T:
         if self.closed:
             raise StoreError(f"the run store {self.path} is closed")
-        return await asyncio.wrap_future(self._worker.submit(fn))
+        try:
+            return await asyncio.wrap_future(self._worker.submit(fn))
+        except duckdb.Error as err:
+            raise StoreError(f"the run store {self.path} failed: {err}") from err
 
     def _write_events(self) -> None:
         """On the worker: write every buffered event in one statement.

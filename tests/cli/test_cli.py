@@ -60,7 +60,8 @@ def test_validate_json_shape() -> None:
             {
                 "code": "C241",
                 "severity": "error",
-                "message": "await_answers 'gate' needs a positive 'timeout:' such as \"30m\"",
+                "message": "await_answers 'gate' needs a positive 'timeout:' such as \"30m\";"
+                " it must never block forever",
                 "line": 6,
                 "column": 15,
             }

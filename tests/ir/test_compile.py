@@ -214,3 +214,13 @@ def test_a_missing_await_is_reported_once_at_the_meeting_point() -> None:
         JOINS.replace("agent merge:\n  await: wait_all", 'agent merge:\n  model: "x"')
     )
     assert [(d.code, d.line) for d in result.diagnostics] == [("C060", 22)]
+
+
+@pytest.mark.parametrize(("fixture", "code"), [("C241_ok.iter", "C241"), ("C197_ok.iter", "C197")])
+def test_zero_timeouts_are_refused(fixture: str, code: str) -> None:
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "diagnostics"
+    text = (fixtures / fixture).read_text()
+    text = text.replace('timeout: "30m"', "timeout: 0s").replace('timeout: "5m"', 'timeout: "0m"')
+    (diag,) = it.analyze(text).diagnostics
+    assert diag.code == code
+    assert "positive timeout, found 0s" in diag.message

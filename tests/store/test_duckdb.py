@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from iterion_nb.errors import StoreFileError, StoreLockedError
+from iterion_nb.errors import StoreError, StoreFileError, StoreLockedError
 from iterion_nb.store import STORE_ENV, open_duckdb_store, resolve_store_path
 from iterion_nb.store.duckdb_schema import LATEST
 from iterion_nb.store.duckdb_store import CONNECT_CONFIG
@@ -245,8 +245,6 @@ async def test_schema_version_is_recorded(tmp_path: Path) -> None:
 
 
 async def test_a_closed_store_says_so(tmp_path: Path) -> None:
-    from iterion_nb.errors import StoreError
-
     store = open_duckdb_store(tmp_path / "s.duckdb")
     await store.create_run(make_run())
     await store.close()
@@ -255,3 +253,26 @@ async def test_a_closed_store_says_so(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="closed"):
         await store.append_event("r1", "tick")
     await store.close()  # closing twice is harmless
+
+
+@pytest.mark.parametrize("damage", ["header block", "truncated"])
+async def test_a_damaged_store_is_refused_and_left_untouched(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "s.duckdb"
+    store = open_duckdb_store(path)
+    await store.create_run(make_run())
+    await store.close()
+    data = bytearray(path.read_bytes())
+    if damage == "header block":
+        data[100:400] = bytes(range(256)) + bytes(44)
+    else:
+        data = data[: len(data) // 3]
+    path.write_bytes(bytes(data))
+    before = digest(path)
+    with pytest.raises(StoreError) as info:  # on opening, or at the latest on reading
+        damaged = open_duckdb_store(path)
+        try:
+            await damaged.get_run("r1")
+        finally:
+            await damaged.close()
+    assert str(path) in str(info.value)
+    assert digest(path) == before
