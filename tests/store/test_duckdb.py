@@ -268,11 +268,15 @@ async def test_a_damaged_store_is_refused_and_left_untouched(tmp_path: Path, dam
         data = data[: len(data) // 3]
     path.write_bytes(bytes(data))
     before = digest(path)
-    with pytest.raises(StoreError) as info:  # on opening, or at the latest on reading
+
+    async def open_and_read() -> None:
         damaged = open_duckdb_store(path)
         try:
             await damaged.get_run("r1")
         finally:
             await damaged.close()
+
+    with pytest.raises(StoreError) as info:  # on opening, or at the latest on reading
+        await open_and_read()
     assert str(path) in str(info.value)
     assert digest(path) == before
