@@ -1,15 +1,21 @@
 """iterion_nb: a Jupyter-native engine for AI-agent workflows.
 
-Importing the package is cheap: it loads the compiler only. Jupyter pieces
+Importing the package is cheap: the compiler loads at once; the session (and
+with it the DuckDB store) loads on first use of ``Session``. Jupyter pieces
 load lazily when IPython or the Jupyter server asks for them.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from iterion_nb.dsl.diagnostics import Diagnostic, Severity
 from iterion_nb.errors import CompileError, IterionError
 from iterion_nb.ir import CompileResult, Workflow, analyze, compile_file
 from iterion_nb.ir import compile_workflow as compile  # noqa: A004 - the API of SPEC §7
+
+if TYPE_CHECKING:
+    from iterion_nb.session import RunHandle, Session
 
 __version__ = "0.1.0"
 
@@ -18,6 +24,8 @@ __all__ = [
     "CompileResult",
     "Diagnostic",
     "IterionError",
+    "RunHandle",
+    "Session",
     "Severity",
     "Workflow",
     "__version__",
@@ -25,3 +33,11 @@ __all__ = [
     "compile",
     "compile_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Session", "RunHandle"):
+        from iterion_nb import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module 'iterion_nb' has no attribute {name!r}")

@@ -86,3 +86,41 @@ class StoreLockedError(StoreError):
 
 class StoreFileError(StoreError):
     """The file at the store path is not an iterion_nb store (it is left untouched)."""
+
+
+class RunError(IterionError):
+    """A run cannot start or go on because of how it was asked for."""
+
+
+class VarsError(RunError):
+    """Run variables that are missing, unknown or of the wrong type (checked before start)."""
+
+
+class ResumeError(RunError):
+    """A run that cannot be resumed (finished, still running, or its source changed)."""
+
+
+class NodeError(IterionError):
+    """A node failed; the run becomes ``failed_resumable`` and resume re-runs the node.
+
+    Attributes:
+        node: The failing node's name.
+    """
+
+    def __init__(self, node: str, message: str) -> None:
+        self.node = node
+        super().__init__(f"node '{node}': {message}")
+
+
+class PauseRun(ControlSignal):
+    """Raised where a run must wait for a person (a human gate, ``ask_user``).
+
+    Attributes:
+        interaction_id: The blocking interaction the run waits on.
+        state: What the node needs to continue on resume (JSON data).
+    """
+
+    def __init__(self, interaction_id: str, state: dict[str, object] | None = None) -> None:
+        super().__init__(interaction_id)
+        self.interaction_id = interaction_id
+        self.state = state or {}

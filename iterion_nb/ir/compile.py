@@ -69,6 +69,7 @@ def analyze(text: str | bytes, name: str = "<string>") -> CompileResult:
             source_name=name,
             source_hash=source_hash(source.text),
             env_names=tuple(sorted(env)),
+            source=source.text,
         )
     return CompileResult(source, tuple(diags.sorted()), workflow)
 

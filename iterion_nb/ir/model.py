@@ -275,6 +275,7 @@ class Workflow:
     source_name: str
     source_hash: str
     env_names: tuple[str, ...] = ()
+    source: str = field(default="", repr=False, compare=False)
     _out: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
     _in: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
 

@@ -7,8 +7,10 @@ its signature.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
+from iterion_nb.ir.model import Node, Schema
 from iterion_nb.runtime.records import (
     AnswerResult,
     Artifact,
@@ -55,6 +57,16 @@ class Store(Protocol):
 
     async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
         """Runs, newest first, optionally only those with ``status``."""
+        ...
+
+    async def save_checkpoint(self, run_id: str, checkpoint: dict[str, Any]) -> None:
+        """Record a progress checkpoint, written with the next batch of events.
+
+        The latest checkpoint of a run wins. Like events it may reach the file
+        a short, bounded time later; a pause or a final status is recorded
+        with :meth:`update_run`, which commits at once. The caller must not
+        change ``checkpoint`` afterwards.
+        """
         ...
 
     async def append_event(
@@ -141,4 +153,61 @@ class Store(Protocol):
 
     async def close(self) -> None:
         """Flush and release the store."""
+        ...
+
+
+@dataclass(frozen=True)
+class BackendRequest:
+    """What a node asks of an LLM backend.
+
+    ``purpose`` says which answer is expected in :attr:`BackendResult.output`:
+
+    - ``agent`` (agents and judges): the node's output — an object matching
+      ``output_schema`` when there is one, else text;
+    - ``route`` (``mode: llm`` routers): the list of chosen ``choices``;
+    - ``human`` (human nodes with ``interaction: llm`` or ``llm_or_human``):
+      the answer, or None to hand the question to a person.
+    """
+
+    purpose: Literal["agent", "route", "human"]
+    run_id: str
+    node: Node
+    branch_id: str
+    system: str
+    user: str
+    input: Any
+    output_schema: Schema | None = None
+    model: str | None = None
+    choices: tuple[str, ...] = ()
+    context: NodeContext | None = None
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """A backend's answer and what it cost."""
+
+    output: Any
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+
+
+class NodeContext(Protocol):
+    """What a backend may do on behalf of the node it serves."""
+
+    store: Store
+    run_id: str
+    node_id: str
+    branch_id: str
+
+    async def emit(self, event_type: str, data: dict[str, Any] | None = None) -> None:
+        """Append an event to the run, attributed to this node and branch."""
+        ...
+
+
+class Backend(Protocol):
+    """Runs LLM work for agent, judge, llm-router and llm-human nodes."""
+
+    async def call(self, request: BackendRequest) -> BackendResult:
+        """Answer ``request``; raise an exception to fail the node (resumably)."""
         ...

@@ -112,6 +112,9 @@ class MemoryStore:
         runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return runs[:limit]
 
+    async def save_checkpoint(self, run_id: str, checkpoint: dict[str, Any]) -> None:
+        await self.update_run(run_id, checkpoint=checkpoint)
+
     # -- events ----------------------------------------------------------
     async def append_event(
         self,

@@ -20,11 +20,11 @@ T = TypeVar("T")
 
 
 class EventBuffer:
-    """Event rows waiting to be written in one batch.
+    """Event rows and progress checkpoints waiting to be written in one batch.
 
-    Rows are added from any thread; the worker takes them all at once. The
-    buffer reports when it is due: ``max_rows`` rows, or its oldest row is
-    ``max_age`` seconds old.
+    Rows and checkpoints (the latest per run wins) are added from any thread;
+    the worker takes them all at once. The buffer is due when it holds
+    ``max_rows`` rows or its oldest entry is ``max_age`` seconds old.
     """
 
     def __init__(self, max_rows: int, max_age: float) -> None:
@@ -32,26 +32,41 @@ class EventBuffer:
         self.max_age = max_age
         self._lock = threading.Lock()
         self._rows: list[tuple[Any, ...]] = []
+        self._checkpoints: dict[str, Any] = {}
         self._oldest = 0.0
 
+    def _empty(self) -> bool:
+        return not self._rows and not self._checkpoints
+
     def add(self, row: tuple[Any, ...]) -> bool:
-        """Add a row; True when the worker must look again (first row, or now full)."""
+        """Add a row; True when the worker must look again (first entry, or now full)."""
         with self._lock:
-            if not self._rows:
+            first = self._empty()
+            if first:
                 self._oldest = time.monotonic()
             self._rows.append(row)
-            return len(self._rows) in (1, self.max_rows)
+            return first or len(self._rows) == self.max_rows
 
-    def take(self) -> list[tuple[Any, ...]]:
-        """Remove and return every row."""
+    def add_checkpoint(self, run_id: str, checkpoint: Any) -> bool:
+        """Replace the run's pending checkpoint; True when it is the first entry."""
+        with self._lock:
+            first = self._empty()
+            if first:
+                self._oldest = time.monotonic()
+            self._checkpoints[run_id] = checkpoint
+            return first
+
+    def take(self) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+        """Remove and return every row and checkpoint."""
         with self._lock:
             rows, self._rows = self._rows, []
-            return rows
+            checkpoints, self._checkpoints = self._checkpoints, {}
+            return rows, checkpoints
 
     def wait_time(self) -> float | None:
         """Seconds until the buffer is due (0 if due now), None if empty."""
         with self._lock:
-            if not self._rows:
+            if self._empty():
                 return None
             if len(self._rows) >= self.max_rows:
                 return 0.0

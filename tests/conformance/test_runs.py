@@ -55,3 +55,13 @@ async def test_list_runs_newest_first_with_filter_and_limit(store: Store) -> Non
     assert [r.id for r in await store.list_runs()] == ["r4", "r3", "r2", "r1", "r0"]
     assert [r.id for r in await store.list_runs(status="finished")] == ["r3", "r1"]
     assert [r.id for r in await store.list_runs(limit=2)] == ["r4", "r3"]
+
+
+async def test_progress_checkpoints_keep_the_latest(store: Store) -> None:
+    await store.create_run(make_run())
+    await store.save_checkpoint("r1", {"frontier": ["a"]})
+    await store.append_event("r1", "node_finished")
+    await store.save_checkpoint("r1", {"frontier": ["b"], "é": [1]})
+    assert (await store.get_run("r1")).checkpoint == {"frontier": ["b"], "é": [1]}
+    with pytest.raises(NotFoundError):
+        await store.save_checkpoint("ghost", {})

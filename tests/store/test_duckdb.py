@@ -280,3 +280,20 @@ async def test_a_damaged_store_is_refused_and_left_untouched(tmp_path: Path, dam
         await open_and_read()
     assert str(path) in str(info.value)
     assert digest(path) == before
+
+
+async def test_progress_checkpoints_reach_the_file_within_the_interval(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    store = open_duckdb_store(path, flush_interval=0.05)
+    await store.create_run(make_run())
+    peek = duckdb.connect(str(path), config=CONNECT_CONFIG)
+    await store.save_checkpoint("r1", {"frontier": ["x"]})
+    row = None
+    for _ in range(200):
+        row = peek.execute("SELECT checkpoint FROM runs").fetchone()
+        if row and row[0]:
+            break
+        await asyncio.sleep(0.01)
+    assert row == ('{"frontier": ["x"]}',)
+    peek.close()
+    await store.close()

@@ -1,0 +1,304 @@
+"""What each node kind does when it runs. The engine decides when and where.
+
+Every executor returns the node's output (JSON data) or raises: a
+:class:`~iterion_nb.errors.NodeError` to fail the node resumably, or
+:class:`~iterion_nb.errors.PauseRun` to pause the run for a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from iterion_nb.errors import NodeError, PauseRun
+from iterion_nb.ir import model as m
+from iterion_nb.ir.evaluate import ExpressionError, evaluate
+from iterion_nb.runtime.ports import Backend, BackendRequest, BackendResult, Store
+from iterion_nb.runtime.records import Interaction, answer_text, utcnow
+from iterion_nb.runtime.scope import RenderError, Scope
+from iterion_nb.runtime.state import Frontier, RunState
+from iterion_nb.runtime.values import check_record
+
+if TYPE_CHECKING:
+    from iterion_nb.runtime.engine import Engine
+
+#: How much of a failing command's stderr the error keeps.
+STDERR_TAIL = 4000
+
+
+class NodeRunner:
+    """Runs single nodes for an :class:`~iterion_nb.runtime.engine.Engine`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.wf: m.Workflow = engine.wf
+        self.store: Store = engine.store
+        self.state: RunState = engine.state
+
+    async def run(self, node: m.Node, f: Frontier) -> Any:
+        """Run ``node`` for branch ``f`` and return its output."""
+        scope = Scope(self.wf, self.state, self.engine.run_id, f.input)
+        try:
+            if isinstance(node, m.AgentNode):
+                return await self._agent(node, f, scope)
+            if isinstance(node, m.RouterNode):
+                return f.input
+            if isinstance(node, m.HumanNode):
+                return await self._human(node, f, scope)
+            if isinstance(node, m.ToolNode):
+                return await self._tool(node, f, scope)
+            if isinstance(node, m.ComputeNode):
+                return self._compute(node, f, scope)
+            if isinstance(node, m.EmitNode):
+                return await self._emit(node, scope)
+            if isinstance(node, m.WaitNode):
+                return await self._wait(node, f)
+            return await self._await_answers(node, f)
+        except RenderError as err:
+            raise NodeError(node.name, str(err)) from None
+
+    # -- shared ------------------------------------------------------------
+    def _schema(self, name: str | None) -> m.Schema | None:
+        return self.wf.schemas[name] if name else None
+
+    def checked(self, node: m.Node, output: Any, schema_name: str | None) -> Any:
+        """``output`` if it fits the node's output schema, else a NodeError naming the field."""
+        schema = self._schema(schema_name)
+        if schema is None:
+            return output
+        problems = check_record(output, schema)
+        if problems:
+            raise NodeError(
+                node.name, f"output does not match schema '{schema.name}': {'; '.join(problems)}"
+            )
+        return output
+
+    async def _call_backend(self, request: BackendRequest) -> BackendResult:
+        backend: Backend | None = self.engine.backend
+        if backend is None:
+            raise NodeError(
+                request.node.name,
+                "no backend is configured for LLM nodes: pass backend= to the Session",
+            )
+        emit = self.engine.event_for(request.node.name, request.branch_id)
+        await emit("llm_request", {"purpose": request.purpose, "model": request.model})
+        try:
+            result = await backend.call(request)
+        except (NodeError, PauseRun):
+            raise
+        except Exception as err:
+            raise NodeError(request.node.name, f"backend failed: {err}") from err
+        await emit(
+            "llm_step_finished",
+            {"tokens_in": result.tokens_in, "tokens_out": result.tokens_out,
+             "cost_usd": result.cost_usd},
+        )  # fmt: skip
+        self.engine.charge(result.tokens_in + result.tokens_out, result.cost_usd)
+        return result
+
+    def _request(
+        self, purpose: Any, node: m.Node, f: Frontier, scope: Scope, **extra: Any
+    ) -> BackendRequest:
+        system = getattr(node, "system", None)
+        user = getattr(node, "user", None)
+        model = getattr(node, "model", None)
+        return BackendRequest(
+            purpose=purpose,
+            run_id=self.engine.run_id,
+            node=node,
+            branch_id=f.branch,
+            system=scope.render(system) if system else "",
+            user=scope.render(user) if user else "",
+            input=f.input,
+            model=scope.render(model) if model else None,
+            context=self.engine.context_for(node.name, f.branch),
+            **extra,
+        )
+
+    # -- agents and judges -------------------------------------------------
+    async def _agent(self, node: m.AgentNode, f: Frontier, scope: Scope) -> Any:
+        request = self._request("agent", node, f, scope, output_schema=self._schema(node.output))
+        result = await self._call_backend(request)
+        output = result.output
+        if node.output is None and isinstance(output, str):
+            output = {"text": output}
+        return self.checked(node, output, node.output)
+
+    # -- human gates -------------------------------------------------------
+    async def _human(self, node: m.HumanNode, f: Frontier, scope: Scope) -> Any:
+        question = scope.render(node.instructions) if node.instructions else f"{node.name}?"
+        waiting = (f.resume or {}).get("interactions")
+        if waiting:
+            return await self._human_answered(node, f, waiting)
+        if node.interaction in ("llm", "llm_or_human"):
+            request = self._request(
+                "human", node, f, scope, output_schema=self._schema(node.output)
+            )
+            request = replace(request, user=request.user or question)
+            answer = (await self._call_backend(request)).output
+            if answer is not None:
+                return self._human_output(node, answer)
+            if node.interaction == "llm":
+                raise NodeError(node.name, "the model gave no answer (interaction: llm)")
+        ids = []
+        for index in range(node.min_answers):
+            iid = self.engine.new_interaction_id(node.name, index)
+            record = Interaction(
+                iid, self.engine.run_id, node.name, "human", (question,), utcnow(),
+                branch_id=f.branch,
+            )  # fmt: skip
+            await self.store.add_interaction(record)
+            await self.engine.event_for(node.name, f.branch)(
+                "human_input_requested",
+                {"interaction_id": iid, "kind": "human", "question": question, "async": False},
+            )
+            ids.append(iid)
+        f.resume = {"interactions": ids}
+        raise PauseRun(ids[0], {"interactions": ids})
+
+    async def _human_answered(self, node: m.HumanNode, f: Frontier, ids: list[str]) -> Any:
+        records = [await self.store.get_interaction(i) for i in ids]
+        pending = [r.id for r in records if r.pending]
+        if pending:
+            f.resume = {"interactions": ids}
+            raise PauseRun(pending[0], {"interactions": ids})
+        f.resume = None
+        answers = [r.answers for r in records]
+        await self.engine.event_for(node.name, f.branch)(
+            "human_answers_recorded",
+            {"interactions": ids, "answers": answers, "by": [r.answered_by for r in records]},
+        )
+        if len(answers) > 1:
+            return {"text": answer_text(answers[0]), "answers": answers}
+        return self._human_output(node, answers[0])
+
+    def _human_output(self, node: m.HumanNode, answer: Any) -> Any:
+        schema = self._schema(node.output)
+        if isinstance(answer, dict):
+            output = answer
+        elif schema is not None and len(schema.fields) == 1:
+            output = {next(iter(schema.fields)): answer}
+        else:
+            output = {"text": answer_text(answer)}
+        return self.checked(node, output, node.output)
+
+    # -- tools -------------------------------------------------------------
+    async def _tool(self, node: m.ToolNode, f: Frontier, scope: Scope) -> Any:
+        def quoted(path: tuple[str, ...]) -> str:
+            value = scope.lookup(path)
+            return shlex.quote(value if isinstance(value, str) else json.dumps(value))
+
+        command = node.command.render(quoted, os.environ)
+        emit = self.engine.event_for(node.name, f.branch)
+        await emit("tool_called", {"command": command})
+        try:
+            code, out, err = await _run_shell(
+                command, json.dumps(f.input), self.engine.workdir, node.timeout_seconds
+            )
+        except TimeoutError:
+            message = f"command timed out after {node.timeout_seconds:g}s: {command}"
+            await emit("tool_error", {"command": command, "error": message})
+            raise NodeError(node.name, message) from None
+        if code != 0:
+            tail = err[-STDERR_TAIL:].strip() or "(no stderr)"
+            await emit("tool_error", {"command": command, "exit_code": code, "stderr": tail})
+            raise NodeError(node.name, f"command exited with {code}: {tail}")
+        if node.output is None:
+            return {"stdout": out, "stderr": err, "exit_code": code}
+        try:
+            parsed = json.loads(out)
+        except json.JSONDecodeError:
+            raise NodeError(
+                node.name, f"output schema '{node.output}' needs JSON on stdout, got: {out[:200]!r}"
+            ) from None
+        return self.checked(node, parsed, node.output)
+
+    # -- compute -----------------------------------------------------------
+    def _compute(self, node: m.ComputeNode, f: Frontier, scope: Scope) -> Any:
+        names = scope.namespaces()
+        bare = f.input if isinstance(f.input, dict) else {}
+        output: dict[str, Any] = {}
+        for item in node.exprs:
+            try:
+                output[item.field] = evaluate(item.expr, names, bare)
+            except ExpressionError as err:
+                raise NodeError(node.name, f"'{item.field}': {err}") from None
+        return self.checked(node, output, node.output)
+
+    # -- events ------------------------------------------------------------
+    async def _emit(self, node: m.EmitNode, scope: Scope) -> Any:
+        payload = {key: scope.value(t) for key, t in node.payload}
+        self.engine.fire(node.event, payload)
+        return payload
+
+    async def _wait(self, node: m.WaitNode, f: Frontier) -> Any:
+        if node.event not in self.state.fired:
+            async with self.engine.parked(f):
+                fired = await self.engine.wait_for_event(node.event, node.timeout_seconds)
+            if not fired:
+                raise NodeError(
+                    node.name,
+                    f"timed out after {node.timeout_seconds:g}s waiting for event '{node.event}'",
+                )
+        return self.checked(node, self.state.fired[node.event], node.output)
+
+    # -- await_answers -----------------------------------------------------
+    async def _await_answers(self, node: m.AwaitAnswersNode, f: Frontier) -> Any:
+        run_id = self.engine.run_id
+        deadline = time.monotonic() + node.timeout_seconds
+        bell = self.store.doorbell  # type: ignore[attr-defined]
+        while True:
+            with bell.arm(run_id) as ticket:  # armed before the check: no ring is lost
+                pending = await self.store.pending_interactions(
+                    run_id, node_id=node.from_node, kind="async"
+                )
+                if not pending:
+                    return {"answers": await self._answers(node)}
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    names = "; ".join(f"{p.id} ({p.node_id}): {p.question!r}" for p in pending)
+                    raise NodeError(
+                        node.name,
+                        f"timed out after {node.timeout_seconds:g}s; unanswered: {names}",
+                    )
+                async with self.engine.parked(f):
+                    await ticket.wait(timeout=min(self.engine.poll_interval, remaining))
+
+    async def _answers(self, node: m.AwaitAnswersNode) -> list[dict[str, Any]]:
+        records = await self.store.interactions(self.engine.run_id)
+        return [
+            {"interaction_id": r.id, "node": r.node_id, "question": r.question,
+             "answer": r.answers}
+            for r in records
+            if r.kind == "async" and not r.pending
+            and (node.from_node is None or r.node_id == node.from_node)
+        ]  # fmt: skip
+
+
+async def _run_shell(
+    command: str, stdin: str, cwd: Path, timeout: float | None
+) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_shell(
+        command,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise
+    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")

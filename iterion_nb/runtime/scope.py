@@ -1,0 +1,90 @@
+"""What templates and expressions see while a node runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from iterion_nb.errors import IterionError
+from iterion_nb.ir import model as m
+from iterion_nb.ir.templates import RefPart, Template, stringify
+from iterion_nb.runtime.state import RunState
+
+
+class RenderError(IterionError):
+    """A template or expression refers to something that has no value yet."""
+
+
+class Scope:
+    """The namespaces ``vars``, ``input``, ``outputs``, ``artifacts``, ``loop``, ``run``."""
+
+    def __init__(self, wf: m.Workflow, state: RunState, run_id: str, node_input: Any) -> None:
+        self.wf = wf
+        self.state = state
+        self.run_id = run_id
+        self.input = node_input
+
+    def namespaces(self) -> dict[str, Any]:
+        """The namespaces as plain data, for the expression evaluator."""
+        loops = {
+            name: {"iteration": self.state.loops.get(name, 0), "max": loop.max_iterations}
+            for name, loop in self.wf.loops.items()
+        }
+        outputs = dict(self.state.outputs)
+        return {
+            "vars": self.state.vars,
+            "input": self.input if self.input is not None else {},
+            "outputs": outputs,
+            "artifacts": {k: v["value"] for k, v in self.state.artifacts.items()},
+            "loop": loops,
+            "run": {"id": self.run_id},
+        }
+
+    def lookup(self, path: tuple[str, ...]) -> Any:
+        """The value of a dotted reference; :class:`RenderError` if it has none."""
+        head, rest = path[0], list(path[1:])
+        state = self.state
+        value: Any
+        if head == "outputs" and len(rest) >= 2 and rest[1] == "history":
+            value, rest = state.history.get(rest[0], []), rest[2:]
+        elif head == "outputs" and rest:
+            if rest[0] not in state.outputs:
+                raise RenderError(f"'{'.'.join(path)}': node '{rest[0]}' has not run yet")
+            value, rest = state.outputs[rest[0]], rest[1:]
+        elif head == "artifacts" and rest:
+            if rest[0] not in state.artifacts:
+                raise RenderError(f"'{'.'.join(path)}': nothing has been published yet")
+            value, rest = state.artifacts[rest[0]]["value"], rest[1:]
+        elif head == "input":
+            value = self.input
+        elif head == "vars":
+            value = state.vars
+        else:
+            value = self.namespaces()[head]
+        for name in rest:
+            if isinstance(value, dict) and name in value:
+                value = value[name]
+            else:
+                raise RenderError(f"'{'.'.join(path)}' has no value")
+        return value
+
+    def render(self, template: Template) -> str:
+        """Render a template to text (``${ENV}`` from the environment)."""
+        return template.render(self.lookup, os.environ)
+
+    def value(self, template: Template) -> Any:
+        """Like :meth:`render`, but a template that is one ``{{ref}}`` keeps its data.
+
+        So ``with { plan: "{{outputs.planner}}" }`` passes the planner's
+        object, not its JSON text.
+        """
+        parts = template.parts
+        if len(parts) == 1 and isinstance(parts[0], RefPart):
+            return self.lookup(parts[0].path)
+        return self.render(template)
+
+
+def quoted_lookup(scope: Scope, quote: Callable[[str], str]) -> Callable[[tuple[str, ...]], Any]:
+    """A lookup whose values are quoted as text (for shell commands)."""
+    return lambda path: quote(stringify(scope.lookup(path)))

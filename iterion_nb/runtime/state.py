@@ -1,0 +1,141 @@
+"""A run's state, and the checkpoint it becomes.
+
+The checkpoint is plain JSON data saved after every node: which nodes each
+live branch is at (the frontier), the fan-out groups waiting to join, every
+node's last output and loop history, loop counters, artifact versions,
+fired events, usage against the budget, and the pending interaction of a
+paused run. Resume rebuilds a :class:`RunState` from it and restarts every
+frontier entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+CHECKPOINT_VERSION = 1
+
+
+@dataclass
+class Frontier:
+    """Where one branch is: the node it runs (or will run) next, with its input.
+
+    ``resume`` carries what the node saved to continue after a pause (for
+    example the interaction a human gate waits on). ``came_from`` and
+    ``mapped`` say how the input was made (the source's output, or an edge's
+    ``with`` mapping); ``joined`` marks the continuation that runs a join node.
+    """
+
+    branch: str
+    node: str
+    input: Any
+    groups: list[str] = field(default_factory=list)
+    resume: dict[str, Any] | None = None
+    came_from: str | None = None
+    mapped: bool = False
+    joined: bool = False
+
+
+@dataclass
+class Group:
+    """The branches one ``fan_out_all`` router started, until they join.
+
+    Each branch reports once: it arrived at the join node, failed, or ended
+    elsewhere (a terminal, or a node with no way on).
+    """
+
+    id: str
+    router: str
+    parent: str
+    parent_groups: list[str]
+    expected: int
+    mode: str | None
+    arrived: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    ended: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every branch has reported."""
+        return len(self.arrived) + len(self.failed) + len(self.ended) >= self.expected
+
+
+@dataclass
+class Usage:
+    """What the run has consumed, counted against its budget."""
+
+    tokens: int = 0
+    cost_usd: float = 0.0
+    iterations: int = 0
+    elapsed_seconds: float = 0.0
+
+
+@dataclass
+class RunState:
+    """Everything a run knows; :meth:`checkpoint` turns it into JSON data."""
+
+    vars: dict[str, Any]
+    outputs: dict[str, Any] = field(default_factory=dict)
+    history: dict[str, list[Any]] = field(default_factory=dict)
+    loops: dict[str, int] = field(default_factory=dict)
+    artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fired: dict[str, Any] = field(default_factory=dict)
+    rotation: dict[str, int] = field(default_factory=dict)
+    frontier: dict[str, Frontier] = field(default_factory=dict)
+    groups: dict[str, Group] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    warned: list[str] = field(default_factory=list)
+    next_id: int = 1
+    pending_interaction: str | None = None
+    waiting_on: list[str] = field(default_factory=list)
+    reached_done: bool = False
+
+    def new_id(self, prefix: str) -> str:
+        """A branch or group id, unique within the run."""
+        ident = f"{prefix}{self.next_id}"
+        self.next_id += 1
+        return ident
+
+    def checkpoint(self) -> dict[str, Any]:
+        """A JSON snapshot. Outputs are shared, not copied: they are never mutated."""
+        return {
+            "version": CHECKPOINT_VERSION,
+            "vars": self.vars,
+            "outputs": dict(self.outputs),
+            "history": {k: list(v) for k, v in self.history.items()},
+            "loops": dict(self.loops),
+            "artifacts": dict(self.artifacts),
+            "fired": dict(self.fired),
+            "rotation": dict(self.rotation),
+            "frontier": [asdict(f) for f in self.frontier.values()],
+            "groups": [asdict(g) for g in self.groups.values()],
+            "usage": asdict(self.usage),
+            "warned": list(self.warned),
+            "next_id": self.next_id,
+            "pending_interaction": self.pending_interaction,
+            "waiting_on": list(self.waiting_on),
+            "reached_done": self.reached_done,
+        }
+
+    @classmethod
+    def from_checkpoint(cls, data: dict[str, Any]) -> RunState:
+        """Rebuild the state a checkpoint describes."""
+        frontier = [Frontier(**f) for f in data.get("frontier", [])]
+        groups = [Group(**g) for g in data.get("groups", [])]
+        return cls(
+            vars=dict(data.get("vars", {})),
+            outputs=dict(data.get("outputs", {})),
+            history={k: list(v) for k, v in data.get("history", {}).items()},
+            loops=dict(data.get("loops", {})),
+            artifacts=dict(data.get("artifacts", {})),
+            fired=dict(data.get("fired", {})),
+            rotation=dict(data.get("rotation", {})),
+            frontier={f.branch: f for f in frontier},
+            groups={g.id: g for g in groups},
+            usage=Usage(**data.get("usage", {})),
+            warned=list(data.get("warned", [])),
+            next_id=int(data.get("next_id", 1)),
+            pending_interaction=data.get("pending_interaction"),
+            waiting_on=list(data.get("waiting_on", [])),
+            reached_done=bool(data.get("reached_done", False)),
+        )
