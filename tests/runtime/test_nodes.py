@@ -1,0 +1,392 @@
+"""Every node kind, through a real Session on the in-memory and DuckDB stores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import iterion_nb as it
+from iterion_nb.errors import VarsError
+from iterion_nb.runtime.ports import BackendRequest, BackendResult
+
+from .conftest import SessionFactory, run_to_end
+
+AGENT_FLOW = """\
+vars:
+  topic: string = "tea"
+
+schema verdict:
+  approved: bool
+  reason: string
+
+prompt sys:
+  You judge things.
+
+prompt ask:
+  Is {{vars.topic}} good? Run {{run.id}}.
+
+agent writer:
+  model: "m-${MODEL_SUFFIX:-x}"
+  user: ask
+  publish: draft
+
+judge check:
+  system: sys
+  user: "Draft: {{outputs.writer.text}} / {{artifacts.draft.text}}"
+  output: verdict
+
+workflow w:
+  entry: writer
+  writer -> check
+  check -> done when approved
+  check -> fail when not approved
+"""
+
+
+async def test_agent_and_judge_render_prompts_publish_and_validate(
+    make_session: SessionFactory,
+) -> None:
+    seen: dict[str, BackendRequest] = {}
+
+    def writer(req: BackendRequest) -> BackendResult:
+        seen["writer"] = req
+        return BackendResult("Tea is good.", tokens_in=10, tokens_out=5, cost_usd=0.01)
+
+    def check(req: BackendRequest) -> dict[str, Any]:
+        seen["check"] = req
+        return {"approved": True, "reason": "fine"}
+
+    session = make_session({"writer": writer, "check": check})
+    run = await run_to_end(session, AGENT_FLOW)
+    assert run.status == "finished"
+    assert seen["writer"].user == f"Is tea good? Run {run.id}."
+    assert seen["writer"].model == "m-x"
+    assert seen["check"].system == "You judge things."
+    assert seen["check"].user == "Draft: Tea is good. / Tea is good."
+    assert seen["check"].output_schema is not None
+    assert run.outputs == {"writer": {"text": "Tea is good."}, "check": {"approved": True,
+                           "reason": "fine"}}  # fmt: skip
+    events = await run.events()
+    types = [e.type for e in events]
+    assert types[0] == "run_started" and types[-1] == "run_finished"
+    step = next(e for e in events if e.type == "llm_step_finished")
+    assert step.data == {"tokens_in": 10, "tokens_out": 5, "cost_usd": 0.01}
+    written = next(e for e in events if e.type == "artifact_written")
+    assert written.data == {"name": "draft", "version": 1}
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_fail_terminal_fails_for_good(make_session: SessionFactory) -> None:
+    session = make_session({"writer": lambda r: "meh", "check": lambda r: {"approved": False,
+                            "reason": "no"}})  # fmt: skip
+    run = await run_to_end(session, AGENT_FLOW)
+    assert run.status == "failed"
+    assert run.error == "the workflow reached 'fail'"
+    with pytest.raises(it.IterionError, match="cannot be resumed"):
+        await run.resume()
+
+
+async def test_output_violating_its_schema_fails_resumably_naming_the_field(
+    make_session: SessionFactory,
+) -> None:
+    session = make_session({"writer": lambda r: "x", "check": lambda r: {"approved": "yes"}})
+    run = await run_to_end(session, AGENT_FLOW)
+    assert run.status == "failed_resumable"
+    assert run.error is not None
+    assert "node 'check'" in run.error
+    assert "field 'approved' should be bool, got a string" in run.error
+    assert "field 'reason' is missing" in run.error
+
+
+async def test_missing_or_mistyped_variables_fail_before_the_run(
+    make_session: SessionFactory,
+) -> None:
+    session = make_session()
+    wf = it.compile(AGENT_FLOW.replace('topic: string = "tea"', "topic: string\n  n: int = 1"))
+    with pytest.raises(VarsError, match="variable 'topic'"):
+        await session.start(wf)
+    with pytest.raises(VarsError, match="unknown variable 'topci'"):
+        await session.start(wf, vars={"topic": "x", "topci": "y"})
+    with pytest.raises(VarsError, match="variable 'n' should be int"):
+        await session.start(wf, vars={"topic": "x", "n": "three"})
+    assert await session.runs() == []
+
+
+ROUTERS = """\
+schema pick:
+  go_left: bool
+
+agent a:
+  output: pick
+
+router cond:
+  mode: condition
+
+router rr:
+  mode: round_robin
+
+router chooser:
+  mode: llm
+  user: "choose"
+
+compute left:
+  expr:
+    side: "'left'"
+
+compute right:
+  expr:
+    side: "'right'"
+
+compute after_rr:
+  expr:
+    n: "loop.again.iteration"
+
+workflow w:
+  entry: a
+  a -> cond
+  cond -> left when go_left
+  cond -> right when not go_left
+  left -> rr
+  right -> rr
+  rr -> chooser
+  rr -> after_rr
+  after_rr -> rr as again(2)
+  chooser -> done
+  chooser -> fail
+"""
+
+
+async def test_condition_round_robin_and_llm_routers(make_session: SessionFactory) -> None:
+    picked: list[tuple[str, ...]] = []
+
+    def chooser(req: BackendRequest) -> str:
+        picked.append(req.choices)
+        return "done"
+
+    session = make_session({"a": lambda r: {"go_left": False}, "chooser": chooser})
+    run = await run_to_end(session, ROUTERS)
+    assert run.status == "finished", run.error
+    assert run.outputs["right"] == {"side": "right"}
+    assert "left" not in run.outputs
+    # round robin: 1st pass -> chooser? no: rr alternates chooser, after_rr
+    route = [e.data["to"] for e in await run.events() if e.type == "edge_selected"
+             and e.data["from"] == "rr"]  # fmt: skip
+    assert route == ["chooser"]
+    assert picked == [("done", "fail")]
+
+
+async def test_round_robin_alternates(make_session: SessionFactory) -> None:
+    flow = ROUTERS.replace("  rr -> chooser\n  rr -> after_rr", "  rr -> after_rr\n  rr -> chooser")
+    session = make_session({"a": lambda r: {"go_left": True}, "chooser": lambda r: ["done"]})
+    run = await run_to_end(session, flow)
+    assert run.status == "finished", run.error
+    route = [e.data["to"] for e in await run.events() if e.type == "edge_selected"
+             and e.data["from"] == "rr"]  # fmt: skip
+    assert route == ["after_rr", "chooser"]
+    assert run.outputs["after_rr"] == {"n": 0}
+
+
+TOOLS = """\
+vars:
+  word: string = "it's; rm -rf /tmp/nothing"
+
+schema parsed:
+  n: int
+
+tool echo:
+  command: "printf %s {{vars.word}}"
+
+tool json_out:
+  command: "cat"
+  output: parsed
+
+tool failing:
+  command: "echo broken >&2; exit 3"
+
+workflow w:
+  entry: echo
+  echo -> json_out with { n: "{{outputs.echo.exit_code}}" }
+  json_out -> done
+"""
+
+
+async def test_tool_quotes_values_reads_stdin_and_parses_json(
+    make_session: SessionFactory,
+) -> None:
+    session = make_session()
+    run = await run_to_end(
+        session, TOOLS.replace('\ntool failing:\n  command: "echo broken >&2; exit 3"\n', "")
+    )
+    assert run.status == "finished", run.error
+    assert run.outputs["echo"] == {"stdout": "it's; rm -rf /tmp/nothing", "stderr": "",
+                                   "exit_code": 0}  # fmt: skip
+    assert run.outputs["json_out"] == {"n": 0}
+    called = [e.data["command"] for e in await run.events() if e.type == "tool_called"]
+    assert called[0] == "printf %s 'it'\"'\"'s; rm -rf /tmp/nothing'"
+
+
+async def test_tool_failure_carries_stderr(make_session: SessionFactory) -> None:
+    session = make_session()
+    flow = TOOLS.replace("entry: echo", "entry: failing").replace(
+        "  json_out -> done", "  json_out -> done\n  failing -> done"
+    )
+    run = await run_to_end(session, flow)
+    assert run.status == "failed_resumable"
+    assert run.error == "node 'failing': command exited with 3: broken"
+    errors = [e.data for e in await run.events() if e.type == "tool_error"]
+    assert errors == [{"command": "echo broken >&2; exit 3", "exit_code": 3, "stderr": "broken"}]
+
+
+async def test_hanging_tool_hits_its_timeout(make_session: SessionFactory) -> None:
+    flow = (
+        'tool slow:\n  command: "sleep 30"\n  timeout: "300ms"\n\n'
+        "workflow w:\n  entry: slow\n  slow -> done\n"
+    )
+    run = await run_to_end(make_session(), flow)
+    assert run.status == "failed_resumable"
+    assert run.error == "node 'slow': command timed out after 0.3s: sleep 30"
+
+
+async def test_compute_reads_input_and_namespaces(make_session: SessionFactory) -> None:
+    flow = """\
+vars:
+  xs: int[] = [3, 1, 3]
+
+schema nums:
+  a: int
+  b: int
+
+schema out:
+  total: int
+  tags: int[]
+  label: string
+
+compute start:
+  output: nums
+  expr:
+    a: "2"
+    b: "length(vars.xs)"
+
+compute sum:
+  input: nums
+  output: out
+  expr:
+    total: "a * 10 + b"
+    tags: "unique(vars.xs)"
+    label: "if(a > 1, 'big', 'small')"
+
+workflow w:
+  entry: start
+  start -> sum
+  sum -> done
+"""
+    run = await run_to_end(make_session(), flow)
+    assert run.status == "finished", run.error
+    assert run.outputs["sum"] == {"total": 23, "tags": [3, 1], "label": "big"}
+
+
+async def test_loop_exhaustion_fails_naming_the_loop(make_session: SessionFactory) -> None:
+    flow = """\
+schema v:
+  ok: bool
+
+agent try_it:
+  output: v
+
+workflow w:
+  entry: try_it
+  try_it -> done when ok
+  try_it -> try_it when not ok as retry(3)
+"""
+    backend_calls: list[int] = []
+
+    def never(req: BackendRequest) -> dict[str, bool]:
+        backend_calls.append(1)
+        return {"ok": False}
+
+    run = await run_to_end(make_session({"try_it": never}), flow)
+    assert run.status == "failed_resumable"
+    assert run.error == "node 'try_it': loop 'retry' is exhausted (3 iterations)"
+    assert len(backend_calls) == 4  # the first try and three retries
+    assert len(run.outputs) == 1
+    await run.refresh()
+    assert run.outputs["try_it"] == {"ok": False}
+
+
+async def test_human_gate_pauses_and_resumes_with_answers(make_session: SessionFactory) -> None:
+    flow = """\
+human approve:
+  instructions: "Ship {{vars.what}}?"
+
+compute after:
+  expr:
+    said: "outputs.approve.text"
+
+vars:
+  what: string = "v2"
+
+workflow w:
+  entry: approve
+  approve -> after
+  after -> done
+"""
+    session = make_session()
+    run = await run_to_end(session, flow)
+    assert run.status == "paused_waiting_human"
+    (question,) = await run.pending_questions()
+    assert (question.kind, question.question, question.node_id) == ("human", "Ship v2?", "approve")
+    resumed = await session.resume(run.id, answers={question.id: "yes, ship it"})
+    assert await resumed.wait(10) == "finished"
+    assert resumed.outputs["after"] == {"said": "yes, ship it"}
+    types = [e.type for e in await run.events()]
+    for expected in ("human_input_requested", "run_paused", "interaction_answered",
+                     "run_resumed", "human_answers_recorded", "run_finished"):  # fmt: skip
+        assert expected in types
+
+
+async def test_answering_the_gate_resumes_the_run(make_session: SessionFactory) -> None:
+    flow = 'human ok:\n  instructions: "Go?"\n\nworkflow w:\n  entry: ok\n  ok -> done\n'
+    run = await run_to_end(make_session(), flow)
+    question = await run.next_question(timeout=5)
+    assert question is not None
+    assert await run.answer(question.id, "go") == {"queued": False, "resumed": True}
+    assert await run.wait(10) == "finished"
+    assert run.outputs["ok"] == {"text": "go"}
+
+
+async def test_llm_human_and_llm_or_human(make_session: SessionFactory) -> None:
+    flow = """\
+human a:
+  instructions: "Pick one"
+  interaction: llm
+
+human b:
+  instructions: "Pick again"
+  interaction: llm_or_human
+
+workflow w:
+  entry: a
+  a -> b
+  b -> done
+"""
+    session = make_session({"a": lambda r: "first", "b": lambda r: None})
+    run = await run_to_end(session, flow)
+    assert run.outputs["a"] == {"text": "first"}
+    assert run.status == "paused_waiting_human"
+    (question,) = await run.pending_questions()
+    assert question.node_id == "b"
+
+
+async def test_source_file_json_payloads(tmp_path: Path, make_session: SessionFactory) -> None:
+    # a workflow compiled from a file keeps its source for resume
+    path = tmp_path / "flow.iter"
+    path.write_text('human ok:\n  instructions: "Go?"\n\nworkflow w:\n  entry: ok\n  ok -> done\n')
+    session = make_session()
+    run = await session.start(it.compile_file(path))
+    await run.wait(5)
+    record = await run.refresh()
+    assert record.source == path.read_text()
+    assert json.loads(json.dumps(record.checkpoint)) == record.checkpoint
