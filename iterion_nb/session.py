@@ -306,6 +306,8 @@ class RunHandle:
         """
         session = self.session
         queued = await session._record_answer(self.id, interaction_id, answer, answered_by)
+        if self._engine is not None:  # running here: the answer reaches it without a resume
+            return AnswerOutcome(queued, False).to_dict()
         record = await self.refresh()
         resumed = False
         waiting_on = list((record.checkpoint or {}).get("waiting_on", []))

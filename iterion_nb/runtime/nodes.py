@@ -252,16 +252,27 @@ class NodeRunner:
 
     # -- await_answers -----------------------------------------------------
     async def _await_answers(self, node: m.AwaitAnswersNode, f: Frontier) -> Any:
-        run_id = self.engine.run_id
+        if await self._unanswered(node):
+            # Parked for the whole wait: re-checking needs no slot, so a ring
+            # that does not release this gate costs its siblings nothing.
+            async with self.engine.parked(f):
+                await self._until_answered(node)
+        return {"answers": await self._answers(node)}
+
+    async def _unanswered(self, node: m.AwaitAnswersNode) -> list[Interaction]:
+        return await self.store.pending_interactions(
+            self.engine.run_id, node_id=node.from_node, kind="async"
+        )
+
+    async def _until_answered(self, node: m.AwaitAnswersNode) -> None:
+        """Level-triggered wait: armed on the doorbell before every check."""
         deadline = time.monotonic() + node.timeout_seconds
         bell = self.store.doorbell  # type: ignore[attr-defined]
         while True:
-            with bell.arm(run_id) as ticket:  # armed before the check: no ring is lost
-                pending = await self.store.pending_interactions(
-                    run_id, node_id=node.from_node, kind="async"
-                )
+            with bell.arm(self.engine.run_id) as ticket:  # armed first: no ring is lost
+                pending = await self._unanswered(node)
                 if not pending:
-                    return {"answers": await self._answers(node)}
+                    return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     names = "; ".join(f"{p.id} ({p.node_id}): {p.question!r}" for p in pending)
@@ -269,8 +280,7 @@ class NodeRunner:
                         node.name,
                         f"timed out after {node.timeout_seconds:g}s; unanswered: {names}",
                     )
-                async with self.engine.parked(f):
-                    await ticket.wait(timeout=min(self.engine.poll_interval, remaining))
+                await ticket.wait(timeout=min(self.engine.poll_interval, remaining))
 
     async def _answers(self, node: m.AwaitAnswersNode) -> list[dict[str, Any]]:
         records = await self.store.interactions(self.engine.run_id)

@@ -10,7 +10,7 @@ frontier entry.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 CHECKPOINT_VERSION = 1
@@ -107,9 +107,9 @@ class RunState:
             "artifacts": dict(self.artifacts),
             "fired": dict(self.fired),
             "rotation": dict(self.rotation),
-            "frontier": [asdict(f) for f in self.frontier.values()],
-            "groups": [asdict(g) for g in self.groups.values()],
-            "usage": asdict(self.usage),
+            "frontier": [_shallow(f) for f in self.frontier.values()],
+            "groups": [_shallow(g) for g in self.groups.values()],
+            "usage": _shallow(self.usage),
             "warned": list(self.warned),
             "next_id": self.next_id,
             "pending_interaction": self.pending_interaction,
@@ -139,3 +139,21 @@ class RunState:
             waiting_on=list(data.get("waiting_on", [])),
             reached_done=bool(data.get("reached_done", False)),
         )
+
+
+def _shallow(record: Frontier | Group | Usage) -> dict[str, Any]:
+    """A dataclass as a dict, copying containers one level deep.
+
+    ``dataclasses.asdict`` deep-copies every input and output on every
+    checkpoint; they are never mutated once made, so sharing them is safe
+    and keeps a checkpoint's cost proportional to the number of branches.
+    """
+    out: dict[str, Any] = {}
+    for item in fields(record):
+        value = getattr(record, item.name)
+        if isinstance(value, list):
+            value = list(value)
+        elif isinstance(value, dict) and item.name != "input":
+            value = dict(value)
+        out[item.name] = value
+    return out

@@ -267,6 +267,7 @@ class DuckDBStore:
         self._new_id = new_id
         self._seq_lock = threading.Lock()
         self._next_seq: dict[str, int] = {}
+        self._known_runs: set[str] = set()
         self._buffer = EventBuffer(flush_rows, flush_interval)
         self._worker = DbWorker(self._buffer, self._write_events, f"iterion-db:{path.name}")
         self._users = 1
@@ -286,30 +287,32 @@ class DuckDBStore:
         except duckdb.Error as err:
             raise StoreError(f"the run store {self.path} failed: {err}") from err
 
-    def _write_events(self) -> None:
+    def _write_events(self, checkpoints: bool = True) -> None:
         """On the worker: write buffered events in one statement, then checkpoints.
 
         Each row travels as one string of unit-separated fields: DuckDB takes
         one list of strings about four times faster than seven typed lists.
+        Checkpoints can be large, so only the interval flush and what reads
+        or replaces a run's record write them.
         """
-        rows, checkpoints = self._buffer.take()
+        rows, checkpoints_due = self._buffer.take(checkpoints)
         if rows:
             self._con.execute(_INSERT_EVENTS, [[row[0] for row in rows]])
-        for run_id, checkpoint in checkpoints.items():
+        for run_id, checkpoint in checkpoints_due.items():
             self._con.execute(
                 "UPDATE runs SET checkpoint = ? WHERE id = ?", [encode_json(checkpoint), run_id]
             )
 
-    def _flushed(self) -> None:
+    def _flushed(self, checkpoints: bool = True) -> None:
         """On the worker, before a read or a decision record."""
         if self._worker.flush_error is not None:
             err, self._worker.flush_error = self._worker.flush_error, None
             raise StoreError(f"writing events failed: {err}") from err
-        self._write_events()
+        self._write_events(checkpoints)
 
-    def _transaction(self, body: Callable[[], T]) -> T:
+    def _transaction(self, body: Callable[[], T], *, checkpoints: bool = False) -> T:
         """On the worker: flush events, then run ``body`` in one transaction."""
-        self._flushed()
+        self._flushed(checkpoints)
         self._con.execute("BEGIN TRANSACTION")
         try:
             result = body()
@@ -318,6 +321,14 @@ class DuckDBStore:
             raise
         self._con.execute("COMMIT")
         return result
+
+    def _require_run(self, run_id: str) -> None:
+        """NotFoundError unless the run exists (runs are never deleted: cached)."""
+        if run_id in self._known_runs:
+            return
+        if self._con.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone() is None:
+            raise NotFoundError("run", run_id)
+        self._known_runs.add(run_id)
 
     def _fetch_run(self, run_id: str) -> Run:
         row = self._con.execute(
@@ -380,11 +391,11 @@ class DuckDBStore:
             params.append(None if checkpoint is None else encode_json(checkpoint))
 
         def body() -> Run:
-            self._fetch_run(run_id)
+            self._require_run(run_id)
             self._con.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", [*params, run_id])
             return self._fetch_run(run_id)
 
-        return await self._call(lambda: self._transaction(body))
+        return await self._call(lambda: self._transaction(body, checkpoints=True))
 
     async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
         def body() -> list[Run]:
@@ -410,8 +421,8 @@ class DuckDBStore:
     # -- events ----------------------------------------------------------
     async def _seq_for(self, run_id: str) -> None:
         def body() -> int:
-            self._flushed()
-            self._fetch_run(run_id)
+            self._flushed(checkpoints=False)
+            self._require_run(run_id)
             row = self._con.execute(
                 "SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?", [run_id]
             ).fetchone()
@@ -452,8 +463,8 @@ class DuckDBStore:
 
     async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         def body() -> list[Event]:
-            self._flushed()
-            self._fetch_run(run_id)
+            self._flushed(checkpoints=False)
+            self._require_run(run_id)
             rows = self._con.execute(
                 "SELECT run_id, seq, type, occurred_at, data, node_id, branch_id FROM events"
                 " WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
@@ -472,7 +483,7 @@ class DuckDBStore:
         now = self._clock()
 
         def body() -> Artifact:
-            self._fetch_run(run_id)
+            self._require_run(run_id)
             row = self._con.execute(
                 "SELECT coalesce(max(version), 0) FROM artifacts WHERE run_id = ? AND name = ?",
                 [run_id, name],
@@ -488,7 +499,7 @@ class DuckDBStore:
 
     async def get_artifact(self, run_id: str, name: str, version: int | None = None) -> Artifact:
         def body() -> Artifact:
-            self._fetch_run(run_id)
+            self._require_run(run_id)
             query = (
                 "SELECT run_id, name, version, node_id, value, created_at FROM artifacts"
                 " WHERE run_id = ? AND name = ?"
@@ -508,7 +519,7 @@ class DuckDBStore:
 
     async def list_artifacts(self, run_id: str) -> list[Artifact]:
         def body() -> list[Artifact]:
-            self._fetch_run(run_id)
+            self._require_run(run_id)
             rows = self._con.execute(
                 "SELECT run_id, name, version, node_id, value, created_at FROM artifacts"
                 " WHERE run_id = ? ORDER BY name, version",
@@ -526,7 +537,7 @@ class DuckDBStore:
         i = interaction
 
         def body() -> Interaction:
-            self._fetch_run(i.run_id)
+            self._require_run(i.run_id)
             if self._con.execute("SELECT 1 FROM interactions WHERE id = ?", [i.id]).fetchone():
                 raise ConflictError(f"interaction '{i.id}' already exists")
             self._con.execute(
@@ -586,7 +597,7 @@ class DuckDBStore:
 
     async def interactions(self, run_id: str) -> list[Interaction]:
         def body() -> list[Interaction]:
-            self._fetch_run(run_id)
+            self._require_run(run_id)
             rows = self._con.execute(
                 f"SELECT {_INTERACTION_COLUMNS} FROM interactions WHERE run_id = ?"
                 " ORDER BY requested_at, n",
@@ -650,7 +661,7 @@ class DuckDBStore:
         now = self._clock()
 
         def body() -> QueuedMessage:
-            self._fetch_run(run_id)
+            self._require_run(run_id)
             return self._insert_message(run_id, node_id, text, now)
 
         message = await self._call(lambda: self._transaction(body))

@@ -56,12 +56,16 @@ class EventBuffer:
             self._checkpoints[run_id] = checkpoint
             return first
 
-    def take(self) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
-        """Remove and return every row and checkpoint."""
+    def take(self, checkpoints: bool = True) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+        """Remove and return every row, and the checkpoints unless told not to."""
         with self._lock:
             rows, self._rows = self._rows, []
-            checkpoints, self._checkpoints = self._checkpoints, {}
-            return rows, checkpoints
+            taken: dict[str, Any] = {}
+            if checkpoints:
+                taken, self._checkpoints = self._checkpoints, {}
+            elif self._checkpoints:
+                self._oldest = time.monotonic()
+            return rows, taken
 
     def wait_time(self) -> float | None:
         """Seconds until the buffer is due (0 if due now), None if empty."""
