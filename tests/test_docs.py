@@ -1,0 +1,25 @@
+"""The code in the docs runs as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def python_blocks(doc: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+
+
+def test_python_api_example_runs(tmp_path: Path) -> None:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    code = python_blocks(ROOT / "docs" / "python-api.md")[0]
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("finished {'mean_score': 8.5")
+    assert (tmp_path / ".iterion" / "iterion.duckdb").is_file()
