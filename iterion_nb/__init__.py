@@ -15,6 +15,7 @@ from iterion_nb.ir import CompileResult, Workflow, analyze, compile_file
 from iterion_nb.ir import compile_workflow as compile  # noqa: A004 - the API of SPEC §7
 
 if TYPE_CHECKING:
+    from iterion_nb.backends.tools import tool
     from iterion_nb.session import RunHandle, Session
 
 __version__ = "0.1.0"
@@ -32,6 +33,7 @@ __all__ = [
     "analyze",
     "compile",
     "compile_file",
+    "tool",
 ]
 
 
@@ -40,4 +42,8 @@ def __getattr__(name: str) -> Any:
         from iterion_nb import session
 
         return getattr(session, name)
+    if name == "tool":
+        from iterion_nb.backends.tools import tool
+
+        return tool
     raise AttributeError(f"module 'iterion_nb' has no attribute {name!r}")

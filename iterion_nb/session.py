@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,9 @@ class Session:
     Args:
         store: A Store, or where the DuckDB store lives (see
             :func:`~iterion_nb.store.resolve_store_path`); default ``.iterion/``.
-        backend: What runs agent, judge and llm nodes.
+        backend: What runs agent, judge and llm nodes; by default the in-process
+            loop (``claw``), whose ``scripted`` model answers from ``scenario``.
+        scenario: The scripted provider's scenario (a dict or a YAML/JSON file).
         workdir: Where tool commands run (default: the current directory).
         poll_interval: The ``await_answers`` fallback poll, in seconds.
     """
@@ -70,6 +73,7 @@ class Session:
         store: Store | str | os.PathLike[str] | None = None,
         *,
         backend: Backend | None = None,
+        scenario: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         workdir: str | os.PathLike[str] | None = None,
         poll_interval: float = 5.0,
     ) -> None:
@@ -79,7 +83,7 @@ class Session:
         else:
             self.store = store
             self._owns_store = False
-        self.backend = backend
+        self.backend: Backend = backend or _claw(scenario)
         self.workdir = Path(workdir) if workdir is not None else Path.cwd()
         self.poll_interval = poll_interval
         self._tasks: dict[str, asyncio.Task[RunStatus]] = {}
@@ -92,6 +96,7 @@ class Session:
         *,
         run_id: str | None = None,
         source: str | None = None,
+        scenario: Mapping[str, Any] | str | os.PathLike[str] | None = None,
     ) -> RunHandle:
         """Start a run as a background task and return its handle at once.
 
@@ -115,7 +120,7 @@ class Session:
         await self.store.create_run(run)
         state = RunState(vars=values)
         state.frontier["b0"] = Frontier("b0", wf.entry, {})
-        self._launch(wf, run.id, state, resumed=False)
+        self._launch(wf, run.id, state, resumed=False, scenario=scenario)
         return RunHandle(self, run.id)
 
     async def resume(
@@ -126,6 +131,7 @@ class Session:
         workflow: m.Workflow | str | None = None,
         force: bool = False,
         answered_by: str = "python",
+        scenario: Mapping[str, Any] | str | os.PathLike[str] | None = None,
     ) -> RunHandle:
         """Resume a paused, failed-resumable or cancelled run from its checkpoint.
 
@@ -160,12 +166,16 @@ class Session:
         await self.store.update_run(
             run_id, status="running", error=None, source_hash=wf.source_hash, source=text
         )
-        self._launch(wf, run_id, state, resumed=True)
+        self._launch(wf, run_id, state, resumed=True, scenario=scenario)
         return RunHandle(self, run_id)
 
-    def _launch(self, wf: m.Workflow, run_id: str, state: RunState, *, resumed: bool) -> None:
+    def _launch(
+        self, wf: m.Workflow, run_id: str, state: RunState, *, resumed: bool,
+        scenario: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    ) -> None:  # fmt: skip
+        backend = _claw(scenario) if scenario is not None else self.backend
         engine = Engine(
-            wf, self.store, self.backend, run_id, state,
+            wf, self.store, backend, run_id, state,
             workdir=self.workdir, poll_interval=self.poll_interval,
         )  # fmt: skip
         key = (id(self.store), run_id)
@@ -213,6 +223,9 @@ class Session:
             if engine is not None:
                 engine.stop(Outcome("cancelled"))
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        closer = getattr(self.backend, "close", None)
+        if closer is not None:
+            await closer()
         if self._owns_store:
             await self.store.close()
 
@@ -359,6 +372,14 @@ class RunHandle:
 
     def __repr__(self) -> str:
         return f"<Run {self.id} {self.status}>"
+
+
+def _claw(scenario: Mapping[str, Any] | str | os.PathLike[str] | None) -> Backend:
+    from iterion_nb.backends.claw import ClawBackend
+    from iterion_nb.backends.providers import ProviderResolver
+
+    source = os.fspath(scenario) if isinstance(scenario, os.PathLike) else scenario
+    return ClawBackend(ProviderResolver(source))
 
 
 def _workflow(workflow: m.Workflow | str, source: str | None) -> tuple[m.Workflow, str]:

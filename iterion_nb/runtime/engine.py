@@ -51,9 +51,15 @@ class NodeCtx:
     branch_id: str
     _emit: Emit = field(repr=False)
 
+    _charge: Callable[[int, float], None] = field(repr=False)
+
     async def emit(self, event_type: str, data: dict[str, Any] | None = None) -> None:
         """Append an event attributed to this node and branch."""
         await self._emit(event_type, data)
+
+    def charge(self, tokens: int, cost_usd: float) -> None:
+        """Count usage against the run's budget."""
+        self._charge(tokens, cost_usd)
 
 
 @dataclass
@@ -114,7 +120,9 @@ class Engine:
 
     def context_for(self, node: str, branch: str) -> NodeCtx:
         """The context a backend gets for one node call."""
-        return NodeCtx(self.store, self.run_id, node, branch, self.event_for(node, branch))
+        return NodeCtx(
+            self.store, self.run_id, node, branch, self.event_for(node, branch), self.charge
+        )
 
     def new_interaction_id(self, node: str, index: int) -> str:
         """A readable, unique interaction id."""
@@ -266,6 +274,9 @@ class Engine:
         except (asyncio.CancelledError, _Stop):
             pass
         except PauseRun as pause:
+            current = self.state.frontier.get(f.branch)
+            if current is not None:
+                current.resume = dict(pause.state)
             self.state.pending_interaction = pause.interaction_id
             waiting = pause.state.get("interactions")
             self.state.waiting_on = (
@@ -317,6 +328,7 @@ class Engine:
         self.state.usage.iterations += 1
         output = await self._nodes.run(node, f)
         state = self.state
+        state.visits[node.name] = state.visits.get(node.name, 0) + 1
         state.outputs[node.name] = output
         if node.name in self._in_loops:
             state.history.setdefault(node.name, []).append(output)

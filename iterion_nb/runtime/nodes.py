@@ -89,13 +89,17 @@ class NodeRunner:
                 "no backend is configured for LLM nodes: pass backend= to the Session",
             )
         emit = self.engine.event_for(request.node.name, request.branch_id)
-        await emit("llm_request", {"purpose": request.purpose, "model": request.model})
+        own_steps = getattr(backend, "reports_steps", False)
+        if not own_steps:
+            await emit("llm_request", {"purpose": request.purpose, "model": request.model})
         try:
             result = await backend.call(request)
         except (NodeError, PauseRun):
             raise
         except Exception as err:
             raise NodeError(request.node.name, f"backend failed: {err}") from err
+        if own_steps:
+            return result
         await emit(
             "llm_step_finished",
             {"tokens_in": result.tokens_in, "tokens_out": result.tokens_out,
@@ -120,6 +124,10 @@ class NodeRunner:
             input=f.input,
             model=scope.render(model) if model else None,
             context=self.engine.context_for(node.name, f.branch),
+            resume=f.resume,
+            visit=self.state.visits.get(node.name, 0),
+            in_branch=bool(f.groups),
+            workdir=str(self.engine.workdir),
             **extra,
         )
 
@@ -127,6 +135,7 @@ class NodeRunner:
     async def _agent(self, node: m.AgentNode, f: Frontier, scope: Scope) -> Any:
         request = self._request("agent", node, f, scope, output_schema=self._schema(node.output))
         result = await self._call_backend(request)
+        f.resume = None
         output = result.output
         if node.output is None and isinstance(output, str):
             output = {"text": output}

@@ -180,6 +180,14 @@ class BackendRequest:
     model: str | None = None
     choices: tuple[str, ...] = ()
     context: NodeContext | None = None
+    #: What the node saved when it paused (its conversation, the pending call).
+    resume: dict[str, Any] | None = None
+    #: How many times this node finished before in this run.
+    visit: int = 0
+    #: Whether the node runs inside a fan-out branch (a run-wide pause is refused there).
+    in_branch: bool = False
+    #: The run's working directory (where file tools and commands act).
+    workdir: str = "."
 
 
 @dataclass(frozen=True)
@@ -204,9 +212,18 @@ class NodeContext(Protocol):
         """Append an event to the run, attributed to this node and branch."""
         ...
 
+    def charge(self, tokens: int, cost_usd: float) -> None:
+        """Count model usage against the run's budget as it happens."""
+        ...
+
 
 class Backend(Protocol):
-    """Runs LLM work for agent, judge, llm-router and llm-human nodes."""
+    """Runs LLM work for agent, judge, llm-router and llm-human nodes.
+
+    A backend that emits ``llm_request`` / ``llm_step_finished`` itself, one
+    pair per model turn, and charges usage through its context, sets
+    ``reports_steps = True``; the engine then does neither for it.
+    """
 
     async def call(self, request: BackendRequest) -> BackendResult:
         """Answer ``request``; raise an exception to fail the node (resumably)."""

@@ -81,6 +81,7 @@ class RunState:
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
     fired: dict[str, Any] = field(default_factory=dict)
     rotation: dict[str, int] = field(default_factory=dict)
+    visits: dict[str, int] = field(default_factory=dict)
     frontier: dict[str, Frontier] = field(default_factory=dict)
     groups: dict[str, Group] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
@@ -107,6 +108,7 @@ class RunState:
             "artifacts": dict(self.artifacts),
             "fired": dict(self.fired),
             "rotation": dict(self.rotation),
+            "visits": dict(self.visits),
             "frontier": [_shallow(f) for f in self.frontier.values()],
             "groups": [_shallow(g) for g in self.groups.values()],
             "usage": _shallow(self.usage),
@@ -130,6 +132,7 @@ class RunState:
             artifacts=dict(data.get("artifacts", {})),
             fired=dict(data.get("fired", {})),
             rotation=dict(data.get("rotation", {})),
+            visits=dict(data.get("visits", {})),
             frontier={f.branch: f for f in frontier},
             groups={g.id: g for g in groups},
             usage=Usage(**data.get("usage", {})),

@@ -1,0 +1,343 @@
+"""The in-process tool-use loop (``backend: claw``).
+
+One node call is a conversation: the model answers, the loop runs the tools
+it called, drains the node's inbox (answers to its async questions and other
+queued messages) into the next user turn, and repeats until the model gives
+a final answer with no tool call. Before accepting that answer the inbox is
+drained once more: a late answer buys one more turn instead of being lost.
+The final answer must match the node's output schema; one repair turn
+carries the problems, then the node fails resumably.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from iterion_nb.backends.claw import interaction as it_tools
+from iterion_nb.backends.providers.base import (
+    Block,
+    Message,
+    Provider,
+    ProviderRequest,
+    ProviderResponse,
+    ToolSpec,
+    TransientProviderError,
+)
+from iterion_nb.backends.tools import Tool, ToolContext, ToolError, resolve_tools
+from iterion_nb.errors import AlreadyAnsweredError, ConflictError, NodeError, PauseRun
+from iterion_nb.ir import model as m
+from iterion_nb.runtime.ports import BackendRequest, BackendResult, NodeContext
+from iterion_nb.runtime.records import Interaction, answer_text, utcnow
+from iterion_nb.runtime.values import check_record
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+
+
+def _text(text: str) -> Block:
+    return {"type": "text", "text": text}
+
+
+def _result(tool_use_id: str, content: str, error: bool = False) -> Block:
+    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": content,
+            "is_error": error}  # fmt: skip
+
+
+def parse_json_answer(text: str) -> Any:
+    """The JSON object in a final answer (code fences and chatter around it allowed)."""
+    stripped = text.strip()
+    fenced = _FENCE.match(stripped)
+    if fenced:
+        stripped = fenced.group(1)
+    try:
+        return json.loads(stripped)
+    except json.JSONDecodeError:
+        start, end = stripped.find("{"), stripped.rfind("}")
+        if 0 <= start < end:
+            return json.loads(stripped[start : end + 1])
+        raise
+
+
+def output_instructions(schema: m.Schema) -> str:
+    """How the system prompt describes the expected final answer."""
+    fields = []
+    for field in schema.fields.values():
+        line = f"- {field.name}: {field.type}"
+        if field.enum:
+            line += f" (one of: {', '.join(field.enum)})"
+        fields.append(line)
+    return (
+        "## Final answer\nWhen you are done, reply with only a JSON object with these"
+        " fields (no tool call in that reply):\n" + "\n".join(fields)
+    )
+
+
+class AgentLoop:
+    """Runs one agent or judge node call to its final answer (or a pause)."""
+
+    def __init__(self, request: BackendRequest, provider: Provider, *, retries: int,
+                 retry_delay: float) -> None:  # fmt: skip
+        node = request.node
+        assert isinstance(node, m.AgentNode)
+        assert request.context is not None
+        self.request = request
+        self.node = node
+        self.ctx: NodeContext = request.context
+        self.provider = provider
+        self.retries = retries
+        self.retry_delay = retry_delay
+        try:
+            self.tools: dict[str, Tool] = resolve_tools(node.tools, node.readonly)
+        except KeyError as err:
+            raise NodeError(node.name, str(err.args[0])) from None
+        self.interaction_specs = it_tools.tools_for(node.interaction)
+        self.tool_context = ToolContext(Path(request.workdir), node.readonly)
+
+    # -- the conversation ----------------------------------------------------
+    def system_prompt(self) -> str:
+        """The node's system prompt, plus the async protocol and the output format."""
+        parts = [self.request.system] if self.request.system else []
+        if self.node.interaction == "async":
+            parts.append(it_tools.PROTOCOL)
+        if self.request.output_schema is not None:
+            parts.append(output_instructions(self.request.output_schema))
+        return "\n\n".join(parts)
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        """Every tool the model may call."""
+        return [t.spec for t in self.tools.values()] + self.interaction_specs
+
+    async def run(self) -> BackendResult:
+        """Turn after turn until a final answer that fits (or a pause, or a failure)."""
+        messages = await self._start()
+        steps = 0
+        repaired = False
+        while True:
+            response = await self._turn(messages)
+            messages.append({"role": "assistant", "content": response.content})
+            calls = response.tool_calls
+            if calls:
+                steps += 1
+                limit = self.node.tool_max_steps
+                if limit is not None and steps > limit:
+                    raise NodeError(self.node.name, f"used more than tool_max_steps ({limit})")
+                results = await self._run_calls(calls, messages)
+                messages.append({"role": "user", "content": results + await self._inbox()})
+                continue
+            late = await self._inbox()
+            if late:  # a late answer buys one more turn
+                messages.append({"role": "user", "content": late})
+                continue
+            output, problems = self._final(response.text)
+            if not problems:
+                return BackendResult(output)
+            if repaired:
+                raise NodeError(
+                    self.node.name,
+                    f"final answer does not match schema '{self.node.output}':"
+                    f" {'; '.join(problems)}",
+                )
+            repaired = True
+            messages.append({"role": "user", "content": [_text(
+                "Your final answer does not match the required output: "
+                + "; ".join(problems) + ". Reply with only the corrected JSON object."
+            )]})  # fmt: skip
+
+    async def _start(self) -> list[Message]:
+        state = self.request.resume
+        if not state:
+            return [{"role": "user", "content": [_text(self.request.user or "Begin.")]}]
+        messages: list[Message] = list(state["messages"])
+        results: list[Block] = list(state["results"])
+        skip: set[str] = set()
+        if state["kind"] == "ask_user":
+            record = await self.ctx.store.get_interaction(state["interaction"])
+            if record.pending:
+                raise PauseRun(record.id, state)
+            results.append(_result(state["tool_use_id"], answer_text(record.answers)))
+        else:
+            records = [await self.ctx.store.get_interaction(i) for i in state["waits_on"]]
+            pending = [r.id for r in records if r.pending]
+            if pending:
+                raise PauseRun(state["interaction"], state)
+            results.append(_result(state["tool_use_id"], it_tools.answers_text(records)))
+            skip = {r.id for r in records}
+            try:
+                summary = {"answers": [r.answers for r in records]}
+                await self.ctx.store.answer(state["interaction"], summary, answered_by="iterion")
+            except AlreadyAnsweredError:
+                pass
+        messages.append({"role": "user", "content": results + await self._inbox(skip)})
+        return messages
+
+    async def _turn(self, messages: list[Message]) -> ProviderResponse:
+        request = ProviderRequest(
+            model=self.request.model or "scripted",
+            system=self.system_prompt(),
+            messages=messages,
+            tools=self.specs,
+            node=self.node.name,
+            visit=self.request.visit,
+            max_tokens=self.node.max_tokens or 4096,
+        )
+        turn = sum(m["role"] == "assistant" for m in messages)
+        await self.ctx.emit("llm_request", {"model": request.model, "turn": turn})
+        response = await self._complete(request)
+        self.ctx.charge(response.tokens_in + response.tokens_out, response.cost_usd)
+        await self.ctx.emit(
+            "llm_step_finished",
+            {"tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
+             "cost_usd": response.cost_usd, "stop_reason": response.stop_reason,
+             "tool_calls": [c["name"] for c in response.tool_calls]},
+        )  # fmt: skip
+        return response
+
+    async def _complete(self, request: ProviderRequest) -> ProviderResponse:
+        attempt = 0
+        while True:
+            try:
+                return await self.provider.complete(request)
+            except TransientProviderError as err:
+                attempt += 1
+                if attempt > self.retries:
+                    raise NodeError(
+                        self.node.name, f"provider kept failing after {self.retries} retries: {err}"
+                    ) from err
+                await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1))
+
+    def _final(self, text: str) -> tuple[Any, list[str]]:
+        schema = self.request.output_schema
+        if schema is None:
+            return text, []
+        try:
+            output = parse_json_answer(text)
+        except (json.JSONDecodeError, ValueError):
+            return None, ["it is not a JSON object"]
+        return output, check_record(output, schema)
+
+    # -- inbox -------------------------------------------------------------
+    async def _inbox(self, skip: set[str] | None = None) -> list[Block]:
+        """The node's queued messages as text blocks (each delivered once)."""
+        messages = await self.ctx.store.drain_messages(self.ctx.run_id, self.ctx.node_id)
+        blocks = []
+        for message in messages:
+            if skip and any(message.text.startswith(f"[Answer to question {i}]") for i in skip):
+                continue  # already in the await_answers result
+            blocks.append(_text(message.text))
+        if blocks:
+            await self.ctx.emit("inbox_delivered", {"messages": len(blocks)})
+        return blocks
+
+    # -- tools -------------------------------------------------------------
+    async def _run_calls(self, calls: list[Block], messages: list[Message]) -> list[Block]:
+        results: list[Block] = []
+        blocking: Block | None = None
+        for call in calls:
+            if call["name"] in ("ask_user", "await_answers") and self._granted(call["name"]):
+                if blocking is None:
+                    blocking = call
+                    continue
+                results.append(_result(call["id"], "only one blocking call per turn", True))
+                continue
+            results.append(await self._run_call(call))
+        if blocking is not None:
+            results.append(await self._block(blocking, messages, results))
+        return results
+
+    def _granted(self, name: str) -> bool:
+        return any(spec.name == name for spec in self.interaction_specs)
+
+    async def _run_call(self, call: Block) -> Block:
+        name, args = call["name"], call.get("input") or {}
+        if name == "ask_user_async" and self._granted(name):
+            return await self._ask_async(call)
+        await self.ctx.emit("tool_called", {"tool": name, "input": args})
+        tool = self.tools.get(name)
+        try:
+            if tool is None:
+                available = ", ".join([*self.tools, *(s.name for s in self.interaction_specs)])
+                raise ToolError(f"unknown tool '{name}' (available: {available or 'none'})")
+            return _result(call["id"], await tool.run(args, self.tool_context))
+        except ToolError as err:
+            message = str(err)
+        except Exception as err:
+            message = f"{name} failed: {err}"
+        await self.ctx.emit("tool_error", {"tool": name, "error": message})
+        return _result(call["id"], message, True)
+
+    def _interaction_id(self, call: Block) -> str:
+        return f"{self.ctx.run_id}-{call['id']}"
+
+    async def _ask_async(self, call: Block) -> Block:
+        try:
+            record = it_tools.new_question(
+                self._interaction_id(call), self.ctx.run_id, self.node.name, self.ctx.branch_id,
+                "async", call.get("input") or {},
+            )  # fmt: skip
+        except ValueError as err:
+            await self.ctx.emit("tool_error", {"tool": call["name"], "error": str(err)})
+            return _result(call["id"], str(err), True)
+        record = await self._post(record)
+        return _result(call["id"], it_tools.POSTED.format(id=record.id))
+
+    async def _post(self, record: Interaction, **extra: Any) -> Interaction:
+        """Record a question; a node re-run after a crash finds its own and reuses it."""
+        try:
+            await self.ctx.store.add_interaction(record)
+        except ConflictError:
+            existing = await self.ctx.store.get_interaction(record.id)
+            if (existing.node_id, existing.kind) != (record.node_id, record.kind):
+                raise
+            return existing
+        await self._announce(record, **extra)
+        return record
+
+    async def _announce(self, record: Interaction, **extra: Any) -> None:
+        await self.ctx.emit(
+            "human_input_requested",
+            {"interaction_id": record.id, "kind": record.kind, "question": record.question,
+             "options": [{"id": o.id, "label": o.label} for o in record.options],
+             "async": record.kind == "async", **extra},
+        )  # fmt: skip
+
+    async def _block(self, call: Block, messages: list[Message], results: list[Block]) -> Block:
+        state: dict[str, Any] = {"tool_use_id": call["id"], "messages": messages,
+                                 "results": results}  # fmt: skip
+        if call["name"] == "ask_user":
+            try:
+                record = it_tools.new_question(
+                    self._interaction_id(call), self.ctx.run_id, self.node.name,
+                    self.ctx.branch_id, "ask_user", call.get("input") or {},
+                )  # fmt: skip
+            except ValueError as err:
+                return _result(call["id"], str(err), True)
+            record = await self._post(record)
+            if not record.pending:  # answered before a crash made us replay the call
+                return _result(call["id"], answer_text(record.answers))
+            state |= {"kind": "ask_user", "interaction": record.id, "interactions": [record.id]}
+            raise PauseRun(record.id, state)
+        if self.request.in_branch:
+            await self.ctx.emit(
+                "tool_error", {"tool": "await_answers", "error": it_tools.IN_BRANCH}
+            )
+            return _result(call["id"], it_tools.IN_BRANCH, True)
+        store, run_id = self.ctx.store, self.ctx.run_id
+        pending = await store.pending_interactions(run_id, node_id=self.node.name, kind="async")
+        if not pending:
+            mine = [i for i in await store.interactions(run_id)
+                    if i.kind == "async" and i.node_id == self.node.name]  # fmt: skip
+            return _result(call["id"], it_tools.answers_text(mine))
+        note = (call.get("input") or {}).get("note") or "waiting for the answers to my questions"
+        pause = Interaction(
+            f"{self._interaction_id(call)}-await", run_id, self.node.name, "await", (str(note),),
+            utcnow(), branch_id=self.ctx.branch_id,
+            waits_on=tuple(p.id for p in pending),
+        )  # fmt: skip
+        pause = await self._post(pause, waits_on=list(pause.waits_on))
+        state |= {"kind": "await", "interaction": pause.id, "interactions": [pause.id],
+                  "waits_on": list(pause.waits_on)}  # fmt: skip
+        raise PauseRun(pause.id, state)

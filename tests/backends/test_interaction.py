@@ -1,0 +1,356 @@
+"""ADR-081 through the in-process loop, identical on every provider."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import iterion_nb as it
+from iterion_nb.errors import AlreadyAnsweredError
+from iterion_nb.runtime.records import Interaction
+from iterion_nb.session import RunHandle
+
+from .conftest import Harness
+
+
+class _Hold:
+    """Lets a test decide when the `hold` tool returns (a fresh event per test loop)."""
+
+    event: asyncio.Event | None = None
+
+    def set(self) -> None:
+        assert self.event is not None
+        self.event.set()
+
+
+HOLD = _Hold()
+
+
+@it.tool
+async def hold() -> str:
+    """Wait until the test lets go (stands for slow work)."""
+    assert HOLD.event is not None
+    await HOLD.event.wait()
+    return "done holding"
+
+
+@pytest.fixture(autouse=True)
+async def reset_hold() -> None:
+    HOLD.event = asyncio.Event()
+
+
+def agent_flow(interaction: str = "async", extra: str = "", tools: str = "[hold]") -> str:
+    return f"""\
+schema result:
+  summary: string
+
+agent writer:
+  model: "scripted"
+  interaction: {interaction}
+  tools: {tools}
+  output: result
+{extra}
+workflow w:
+  entry: writer
+  writer -> done
+"""
+
+
+def ask(question: str, **extra: Any) -> dict[str, Any]:
+    return {"name": "ask_user_async", "input": {"question": question, **extra}}
+
+
+FINAL = {"output": {"summary": "all done"}}
+
+
+async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.01)):
+        if await predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+async def questions(run: RunHandle, count: int) -> list[Interaction]:
+    await wait_for(lambda: _has(run, count))
+    return await run.pending_questions()
+
+
+async def _has(run: RunHandle, count: int) -> bool:
+    return len(await run.pending_questions()) >= count
+
+
+async def test_post_and_keep_working(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"text": "asking", "tool_calls": [ask("Formal or casual?", options=[
+            {"id": "f", "label": "Formal"}, {"id": "c", "label": "Casual"}])]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    assert await run.wait(10) == "finished", run.error
+    assert run.outputs["writer"] == {"summary": "all done"}
+    (question,) = await run.pending_questions()
+    assert (question.kind, question.question, [o.id for o in question.options]) == (
+        "async", "Formal or casual?", ["f", "c"]
+    )  # fmt: skip
+    assert question.allow_free_text is False
+    assert "question posted" in h.last_user_text("writer", 1)
+    requested = [e for e in await run.events() if e.type == "human_input_requested"]
+    assert [e.data["async"] for e in requested] == [True]
+    assert "front-load" in _system(h).lower()
+
+
+def _system(h: Harness) -> str:
+    if h.server is None:
+        return h.provider.requests[0].system  # type: ignore[attr-defined]
+    body = h.server.requests[0]["body"]
+    if "system" in body:
+        return str(body["system"])
+    return str(body["messages"][0].get("content"))
+
+
+async def test_an_answer_given_mid_run_is_in_the_next_turn(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [ask("Tone?"), {"name": "hold"}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    (question,) = await questions(run, 1)
+    assert await run.answer(question.id, "formal") == {"queued": True, "resumed": False}
+    HOLD.set()
+    assert await run.wait(10) == "finished", run.error
+    text = h.last_user_text("writer", 1)
+    assert f'[Answer to question {question.id}] Q: "Tone?" — A: formal' in text
+    assert "done holding" in text
+
+
+async def test_a_late_answer_buys_one_more_turn(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [ask("Tone?")]},
+        {"delay": 0.6, "output": {"summary": "premature"}},
+        {"output": {"summary": "with the answer"}},
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    (question,) = await questions(run, 1)
+    await asyncio.sleep(0.2)  # the second turn is under way
+    await run.answer(question.id, "formal")
+    assert await run.wait(10) == "finished", run.error
+    assert run.outputs["writer"] == {"summary": "with the answer"}
+    assert len(h.turns("writer")) == 3
+    assert "A: formal" in h.last_user_text("writer", 2)
+
+
+async def test_await_tool_answers_inline_when_nothing_is_pending(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [ask("Tone?"), {"name": "hold"}]},
+        {"tool_calls": [{"name": "await_answers", "input": {}}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    (question,) = await questions(run, 1)
+    await run.answer(question.id, "casual")
+    HOLD.set()
+    assert await run.wait(10) == "finished", run.error
+    assert '"answer": "casual"' in h.last_user_text("writer", 2)
+    assert "run_paused" not in [e.type for e in await run.events()]
+
+
+async def test_await_tool_pauses_and_resumes_itself_with_all_answers(
+    harness_factory: Any,
+) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [ask("Tone?"), ask("Length?")]},
+        {"tool_calls": [{"name": "await_answers", "input": {"note": "need both"}}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    assert await run.wait(10) == "paused_waiting_human"
+    pending = await run.pending_questions()
+    kinds = sorted(q.kind for q in pending)
+    assert kinds == ["async", "async", "await"]
+    pause = next(q for q in pending if q.kind == "await")
+    asked = [q for q in pending if q.kind == "async"]
+    assert sorted(pause.waits_on) == sorted(q.id for q in asked)
+    assert pause.question == "need both"
+    assert await run.answer(asked[0].id, "formal") == {"queued": True, "resumed": False}
+    assert await run.answer(asked[1].id, "short") == {"queued": True, "resumed": True}
+    assert await run.wait(10) == "finished", run.error
+    last = h.last_user_text("writer", 2)
+    assert '"answer": "formal"' in last and '"answer": "short"' in last
+    assert "[Answer to question" not in last  # not delivered twice
+    assert await run.pending_questions() == []
+    assert len(h.turns("writer")) == 3
+
+
+async def test_await_tool_inside_a_branch_is_a_tool_error(harness_factory: Any) -> None:
+    flow = agent_flow(extra="router split:\n  mode: fan_out_all\n\ncompute other:\n  expr:\n"
+                      "    x: \"1\"\n\ncompute joined:\n  await: wait_all\n  expr:\n"
+                      "    ok: \"true\"\n").replace(
+        "  entry: writer\n  writer -> done",
+        "  entry: split\n  split -> writer\n  split -> other\n  writer -> joined\n"
+        "  other -> joined\n  joined -> done",
+    )  # fmt: skip
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [ask("Tone?")]},
+        {"tool_calls": [{"name": "await_answers", "input": {}}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(flow)
+    assert await run.wait(10) == "finished", run.error
+    assert "cannot pause the run from inside a parallel branch" in h.last_user_text("writer", 2)
+    errors = [e.data for e in await run.events() if e.type == "tool_error"]
+    assert errors and errors[0]["tool"] == "await_answers"
+
+
+async def test_ask_user_pauses_and_resume_continues_the_same_conversation(
+    harness_factory: Any,
+) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"text": "I must know.", "tool_calls": [{"name": "ask_user",
+                                                 "input": {"question": "Which audience?"}}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow(interaction="human", tools="[]"))
+    assert await run.wait(10) == "paused_waiting_human"
+    (question,) = await run.pending_questions()
+    assert question.kind == "ask_user"
+    assert await run.answer(question.id, "data scientists") == {"queued": False, "resumed": True}
+    assert await run.wait(10) == "finished", run.error
+    first, second = h.turns("writer")
+    assert second[: len(first)] == first  # the same conversation, not a re-rendered prompt
+    assert "data scientists" in h.last_user_text("writer", 1)
+    assert len(h.turns("writer")) == 2  # the tool call was not repeated
+
+
+async def test_a_second_answer_is_a_conflict(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [ask("Tone?"), {"name": "hold"}]}, FINAL]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    (question,) = await questions(run, 1)
+    await run.answer(question.id, "formal")
+    with pytest.raises(AlreadyAnsweredError) as info:
+        await run.answer(question.id, "casual")
+    assert info.value.existing == "formal"
+    HOLD.set()
+    assert await run.wait(10) == "finished"
+
+
+async def test_answers_given_while_paused_arrive_after_resume(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [ask("Tone?")]},
+        {"tool_calls": [{"name": "ask_user", "input": {"question": "Go ahead?"}}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    assert await run.wait(10) == "paused_waiting_human"
+    by_kind = {q.kind: q for q in await run.pending_questions()}
+    assert await run.answer(by_kind["async"].id, "formal") == {"queued": True, "resumed": False}
+    assert run.status == "paused_waiting_human"
+    assert await run.answer(by_kind["ask_user"].id, "yes") == {"queued": False, "resumed": True}
+    assert await run.wait(10) == "finished", run.error
+    text = h.last_user_text("writer", 2)
+    assert "yes" in text and "A: formal" in text
+
+
+GATED = """\
+agent asker:
+  model: "scripted"
+  interaction: async
+
+await_answers gate:
+  from: asker
+  timeout: "30m"
+
+workflow w:
+  entry: asker
+  asker -> gate
+  gate -> done
+"""
+
+
+async def test_a_new_session_rediscovers_pending_questions(
+    harness_factory: Any, duckdb_store: Any
+) -> None:
+    scenario = {"nodes": {"asker": [{"tool_calls": [ask("Q1?"), ask("Q2?")]}, {"text": "ok"}]}}
+    first: Harness = harness_factory(scenario, store=duckdb_store)
+    run = await first.start(GATED)
+    await questions(run, 2)
+    await first.session.close()  # the process goes away; the run stays resumable
+    second: Harness = harness_factory(scenario, store=duckdb_store)
+    again = second.session.run(run.id)
+    found = await again.pending_questions()
+    assert sorted(q.question for q in found) == ["Q1?", "Q2?"]
+    for q in found:
+        await again.answer(q.id, "fine")
+    resumed = await second.session.resume(run.id)
+    assert await resumed.wait(10) == "finished", resumed.error
+    assert len(resumed.outputs["gate"]["answers"]) == 2
+
+
+async def test_unknown_tool_and_bad_input_are_tool_errors_the_model_recovers_from(
+    harness_factory: Any,
+) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [{"name": "teleport", "input": {}},
+                        {"name": "read_file", "input": {"path": 7}}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow(tools="[read_file]"))
+    assert await run.wait(10) == "finished", run.error
+    text = h.last_user_text("writer", 1)
+    assert "unknown tool 'teleport'" in text
+    assert "invalid input for read_file" in text
+    assert len([e for e in await run.events() if e.type == "tool_error"]) == 2
+
+
+async def test_a_scenario_out_of_turns_fails_naming_node_and_turn(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [{"tool_calls": [ask("Tone?")]}]}})
+    run = await h.start(agent_flow())
+    assert await run.wait(10) == "failed_resumable"
+    assert run.error is not None
+    assert "node 'writer'" in run.error
+    assert "no turn 1 for node 'writer'" in run.error
+
+
+async def test_output_repair_turn_then_failure(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"output": {"wrong": 1}},
+        {"output": {"summary": "fixed"}},
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    assert await run.wait(10) == "finished", run.error
+    assert run.outputs["writer"] == {"summary": "fixed"}
+    assert "field 'summary' is missing" in h.last_user_text("writer", 1)
+    bad: Harness = harness_factory({"nodes": {"writer": [{"text": "no json"}, {"text": "still"}]}})
+    failed = await bad.start(agent_flow())
+    assert await failed.wait(10) == "failed_resumable"
+    assert "final answer does not match schema 'result'" in (failed.error or "")
+
+
+async def test_transient_errors_are_retried_and_usage_counted(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"fail_first": 2, "tokens": {"in": 30, "out": 12}, "output": {"summary": "ok"}},
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    assert await run.wait(10) == "finished", run.error
+    steps = [e.data for e in await run.events() if e.type == "llm_step_finished"]
+    assert [(s["tokens_in"], s["tokens_out"]) for s in steps] == [(30, 12)]
+    record = await run.refresh()
+    assert record.checkpoint is not None
+    assert record.checkpoint["usage"]["tokens"] == 42
+
+
+async def test_tool_max_steps_is_honoured(harness_factory: Any) -> None:
+    flow = agent_flow(tools="[list_files]").replace(
+        "  output: result", "  output: result\n  tool_max_steps: 1"
+    )
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [{"name": "list_files", "input": {}}]},
+        {"tool_calls": [{"name": "list_files", "input": {}}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(flow)
+    assert await run.wait(10) == "failed_resumable"
+    assert "used more than tool_max_steps (1)" in (run.error or "")
