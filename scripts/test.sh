@@ -9,7 +9,7 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 export PATH="$PWD/.venv/bin:$PATH"
 
-echo "== ruff";          ruff check iterion_nb tests benchmarks && ruff format --check iterion_nb tests benchmarks
+echo "== ruff";          ruff check iterion_nb tests benchmarks examples && ruff format --check iterion_nb tests benchmarks examples
 echo "== mypy --strict"; mypy
 echo "== import-linter"; lint-imports
 echo "== pytest";        pytest "$@"

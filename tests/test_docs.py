@@ -23,3 +23,15 @@ def test_python_api_example_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("finished {'mean_score': 8.5")
     assert (tmp_path / ".iterion" / "iterion.duckdb").is_file()
+
+
+def test_quickstart_example_run(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "run_async.py"), "--store", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-3].endswith(": finished")
+    assert "'title': 'iterion_nb 0.1'" in lines[-2]
+    assert lines[-1].endswith("2 answers recorded")

@@ -243,6 +243,13 @@ def open_duckdb_store(
             target, con, doorbell or Doorbell(), clock, new_id, flush_rows, flush_interval
         )
         store._pending = {i.id: i for i in pending}
+        store._undelivered = {
+            (run_id, node_id): count
+            for run_id, node_id, count in con.execute(
+                "SELECT run_id, node_id, count(*) FROM messages WHERE delivered_at IS NULL"
+                " GROUP BY run_id, node_id"
+            ).fetchall()
+        }
         _open_stores[target] = store
         return store
 
@@ -277,6 +284,9 @@ class DuckDBStore:
         # each commit) and listing them never touches the database.
         self._pending_lock = threading.Lock()
         self._pending: dict[str, Interaction] = {}
+        # Likewise the number of undelivered messages per (run, node), so a
+        # drain with nothing to deliver (most turns) costs no transaction.
+        self._undelivered: dict[tuple[str, str], int] = {}
 
     # -- plumbing --------------------------------------------------------
     async def _call(self, fn: Callable[[], T]) -> T:
@@ -638,17 +648,26 @@ class DuckDBStore:
                 known = self._fetch_interaction(interaction_id)
                 raise AlreadyAnsweredError(interaction_id, known.answers)
             try:
-                return self._transaction(lambda: body(current))
+                result = self._transaction(lambda: body(current))
             except BaseException:
                 with self._pending_lock:
                     self._pending[interaction_id] = current
                 raise
+            if result.message is not None:
+                self._count_message(result.message)
+            return result
 
         result = await self._call(job)
         self.doorbell.ring(result.interaction.run_id)
         return result
 
     # -- messages --------------------------------------------------------
+    def _count_message(self, message: QueuedMessage) -> None:
+        """After a commit: one more undelivered message for its node."""
+        key = (message.run_id, message.node_id)
+        with self._pending_lock:
+            self._undelivered[key] = self._undelivered.get(key, 0) + 1
+
     def _insert_message(self, run_id: str, node_id: str, text: str, now: datetime) -> QueuedMessage:
         message = QueuedMessage(self._new_id(), run_id, node_id, text, now)
         self._con.execute(
@@ -664,11 +683,20 @@ class DuckDBStore:
             self._require_run(run_id)
             return self._insert_message(run_id, node_id, text, now)
 
-        message = await self._call(lambda: self._transaction(body))
+        def job() -> QueuedMessage:
+            message = self._transaction(body)
+            self._count_message(message)
+            return message
+
+        message = await self._call(job)
         self.doorbell.ring(run_id)
         return message
 
     async def drain_messages(self, run_id: str, node_id: str) -> list[QueuedMessage]:
+        key = (run_id, node_id)
+        with self._pending_lock:
+            if not self._undelivered.get(key):
+                return []  # the common case at every turn: nothing to write
         now = self._clock()
 
         def body() -> list[QueuedMessage]:
@@ -679,7 +707,13 @@ class DuckDBStore:
             ).fetchall()
             return [_message_from_row(r[1:]) for r in sorted(rows)]
 
-        return await self._call(lambda: self._transaction(body))
+        def job() -> list[QueuedMessage]:
+            drained = self._transaction(body)
+            with self._pending_lock:
+                self._undelivered.pop(key, None)
+            return drained
+
+        return await self._call(job)
 
     # -- lifecycle -------------------------------------------------------
     async def flush(self) -> None:

@@ -94,6 +94,7 @@ class AgentLoop:
         except KeyError as err:
             raise NodeError(node.name, str(err.args[0])) from None
         self.interaction_specs = it_tools.tools_for(node.interaction)
+        self._specs = [t.spec for t in self.tools.values()] + self.interaction_specs
         self.tool_context = ToolContext(Path(request.workdir), node.readonly)
 
     # -- the conversation ----------------------------------------------------
@@ -109,7 +110,7 @@ class AgentLoop:
     @property
     def specs(self) -> list[ToolSpec]:
         """Every tool the model may call."""
-        return [t.spec for t in self.tools.values()] + self.interaction_specs
+        return self._specs
 
     async def run(self) -> BackendResult:
         """Turn after turn until a final answer that fits (or a pause, or a failure)."""
