@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from iterion_nb.backends.claw.loop import AgentLoop
+from iterion_nb.backends.claw.loop import AgentLoop, reported_turn
 from iterion_nb.backends.providers import Provider, ProviderRequest, ProviderResolver
 from iterion_nb.runtime.ports import BackendRequest, BackendResult
 
@@ -73,15 +73,7 @@ class ClawBackend:
                                                     "text": request.user or "Decide."}]}],
             tools=[], node=request.node.name, visit=request.visit,
         )  # fmt: skip
-        await request.context.emit("llm_request", {"model": turn.model, "turn": 0})
-        response = await provider.complete(turn)
-        request.context.charge(response.tokens_in + response.tokens_out, response.cost_usd)
-        await request.context.emit(
-            "llm_step_finished",
-            {"tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
-             "cost_usd": response.cost_usd, "stop_reason": response.stop_reason,
-             "tool_calls": []},
-        )  # fmt: skip
+        response = await reported_turn(request.context, turn, provider.complete)
         text = response.text.strip()
         if request.purpose == "human":
             return BackendResult(text or None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,25 @@ def output_instructions(schema: m.Schema) -> str:
         "## Final answer\nWhen you are done, reply with only a JSON object with these"
         " fields (no tool call in that reply):\n" + "\n".join(fields)
     )
+
+
+async def reported_turn(
+    ctx: NodeContext,
+    request: ProviderRequest,
+    complete: Callable[[ProviderRequest], Awaitable[ProviderResponse]],
+) -> ProviderResponse:
+    """One model turn with its ``llm_request`` / ``llm_step_finished`` events and its cost."""
+    turn = sum(m["role"] == "assistant" for m in request.messages)
+    await ctx.emit("llm_request", {"model": request.model, "turn": turn})
+    response = await complete(request)
+    ctx.charge(response.tokens_in + response.tokens_out, response.cost_usd)
+    await ctx.emit(
+        "llm_step_finished",
+        {"tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
+         "cost_usd": response.cost_usd, "stop_reason": response.stop_reason,
+         "tool_calls": [c["name"] for c in response.tool_calls]},
+    )  # fmt: skip
+    return response
 
 
 class AgentLoop:
@@ -185,17 +205,7 @@ class AgentLoop:
             visit=self.request.visit,
             max_tokens=self.node.max_tokens or 4096,
         )
-        turn = sum(m["role"] == "assistant" for m in messages)
-        await self.ctx.emit("llm_request", {"model": request.model, "turn": turn})
-        response = await self._complete(request)
-        self.ctx.charge(response.tokens_in + response.tokens_out, response.cost_usd)
-        await self.ctx.emit(
-            "llm_step_finished",
-            {"tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
-             "cost_usd": response.cost_usd, "stop_reason": response.stop_reason,
-             "tool_calls": [c["name"] for c in response.tool_calls]},
-        )  # fmt: skip
-        return response
+        return await reported_turn(self.ctx, request, self._complete)
 
     async def _complete(self, request: ProviderRequest) -> ProviderResponse:
         attempt = 0
