@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterion_nb.errors import NotFoundError, ResumeError
+from iterion_nb.api.holder import Holder
+from iterion_nb.errors import NotFoundError, ResumeError, RunError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.engine import Engine, Outcome
 from iterion_nb.runtime.ports import Backend, Store
-from iterion_nb.runtime.records import Event, Interaction, Run, RunStatus, utcnow
+from iterion_nb.runtime.records import RUN_STATUSES, Event, Interaction, Run, RunStatus, utcnow
 from iterion_nb.runtime.state import Frontier, RunState
 from iterion_nb.runtime.values import resolve_vars
 from iterion_nb.store import open_duckdb_store
@@ -76,6 +77,7 @@ class Session:
         scenario: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         workdir: str | os.PathLike[str] | None = None,
         poll_interval: float = 5.0,
+        serve: bool = True,
     ) -> None:
         if store is None or isinstance(store, str | os.PathLike):
             self.store: Store = open_duckdb_store(store)
@@ -87,6 +89,19 @@ class Session:
         self.workdir = Path(workdir) if workdir is not None else Path.cwd()
         self.poll_interval = poll_interval
         self._tasks: dict[str, asyncio.Task[RunStatus]] = {}
+        self._serve = serve
+        self.holder: Holder | None = None
+
+    def serve(self) -> Holder | None:
+        """Serve the REST API for this session's DuckDB file (done by start and resume).
+
+        Other processes (the CLI, another kernel) find the server through the
+        holder file and answer questions of this process's runs through it.
+        """
+        path = getattr(self.store, "path", None)
+        if self.holder is None and self._serve and isinstance(path, Path):
+            self.holder = Holder(SessionService(self), path, asyncio.get_running_loop()).start()
+        return self.holder
 
     # -- starting and resuming ----------------------------------------------
     async def start(
@@ -117,6 +132,7 @@ class Session:
             source=text,
             vars=values,
         )
+        self.serve()
         await self.store.create_run(run)
         state = RunState(vars=values)
         state.frontier["b0"] = Frontier("b0", wf.entry, {})
@@ -140,6 +156,7 @@ class Session:
         refused unless ``force``. A run left ``running`` by a dead process is
         resumable too.
         """
+        self.serve()
         run = await self.store.get_run(run_id)
         if (id(self.store), run_id) in _LIVE:
             raise ResumeError(f"run '{run_id}' is running")
@@ -226,6 +243,9 @@ class Session:
         closer = getattr(self.backend, "close", None)
         if closer is not None:
             await closer()
+        if self.holder is not None:
+            self.holder.stop()
+            self.holder = None
         if self._owns_store:
             await self.store.close()
 
@@ -372,6 +392,59 @@ class RunHandle:
 
     def __repr__(self) -> str:
         return f"<Run {self.id} {self.status}>"
+
+
+class SessionService:
+    """The REST API's view of a session (see :class:`iterion_nb.api.service.RunService`)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    async def list_runs(self, status: str | None, limit: int) -> list[Run]:
+        """Runs, newest first."""
+        if status is not None and status not in RUN_STATUSES:
+            raise RunError(f"unknown status '{status}' (one of {', '.join(RUN_STATUSES)})")
+        return await self.session.runs(status=status, limit=limit)
+
+    async def get_run(self, run_id: str) -> Run:
+        """One run."""
+        return await self.session.store.get_run(run_id)
+
+    async def events(self, run_id: str, after: int) -> list[Event]:
+        """A run's events."""
+        return await self.session.store.events(run_id, after=after)
+
+    async def pending(self, run_id: str) -> list[Interaction]:
+        """A run's unanswered questions."""
+        await self.session.store.get_run(run_id)
+        return await self.session.store.pending_interactions(run_id)
+
+    async def answer(
+        self, run_id: str, interaction_id: str, answer: Any, answered_by: str
+    ) -> dict[str, bool]:
+        """Answer one question of a run."""
+        return await self.session.run(run_id).answer(
+            interaction_id, answer, answered_by=answered_by
+        )
+
+    async def answer_human(
+        self, run_id: str, answers: dict[str, Any], answered_by: str
+    ) -> dict[str, bool]:
+        """Answer what a paused run waits on, then resume it."""
+        run = await self.session.store.get_run(run_id)
+        waiting = list((run.checkpoint or {}).get("waiting_on", []))
+        if run.status != "paused_waiting_human" or self.session.engine(run_id) is not None:
+            raise ResumeError(f"run '{run_id}' is {run.status}, not paused waiting for a person")
+        if "" in answers:
+            if len(waiting) != 1:
+                raise RunError(f"run '{run_id}' waits on {len(waiting)} questions: name them")
+            answers = {waiting[0]: answers.pop("")} | answers
+        await self.session.resume(run_id, answers=answers, answered_by=answered_by)
+        return {"queued": False, "resumed": True}
+
+    async def cancel(self, run_id: str) -> str:
+        """Cancel a run."""
+        return await self.session.run(run_id).cancel()
 
 
 def _claw(scenario: Mapping[str, Any] | str | os.PathLike[str] | None) -> Backend:

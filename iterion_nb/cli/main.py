@@ -1,4 +1,4 @@
-"""``iterion-nb``: validate and draw workflows (run commands arrive with the runtime).
+"""``iterion-nb``: validate, draw, run workflows; list, show and answer runs.
 
 Exit codes: 0 success, 1 the workflow has errors, 2 bad usage or unreadable file.
 User mistakes are printed as messages on stderr, never as tracebacks.
@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import TextIO
 
 from iterion_nb import __version__
+from iterion_nb.cli.runs import CliError, add_commands, run_command
 from iterion_nb.dsl.diagnostics import Severity, render_all
+from iterion_nb.errors import CompileError
 from iterion_nb.ir import CompileResult, analyze
 from iterion_nb.ir.mermaid import to_mermaid
 
@@ -39,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--json", action="store_true", help="print diagnostics as JSON")
     graph = sub.add_parser("graph", help="print the workflow as a Mermaid flowchart")
     graph.add_argument("file", help="the .iter workflow to draw")
+    add_commands(sub)
     return parser
 
 
@@ -108,7 +111,18 @@ def main(
     try:
         if args.command == "validate":
             return cmd_validate(args, stdout)
-        return cmd_graph(args, stdout, stderr)
+        if args.command == "graph":
+            return cmd_graph(args, stdout, stderr)
+        return run_command(args, stdout)
     except _UsageError as problem:
         stderr.write(f"iterion-nb: {problem}\n")
         return EXIT_USAGE
+    except CliError as problem:
+        stderr.write(f"iterion-nb: {problem}\n")
+        return problem.code
+    except FileNotFoundError as problem:
+        stderr.write(f"iterion-nb: {problem.filename}: no such file\n")
+        return EXIT_USAGE
+    except CompileError as problem:
+        stderr.write(f"{problem}\n")
+        return EXIT_INVALID

@@ -1,0 +1,281 @@
+"""``iterion-nb run | runs … | resume | cancel``: through a live holder, or on the file.
+
+When another process holds the store (it publishes a holder file), commands
+go through its REST API; otherwise this process opens the DuckDB file
+itself. ``run`` and ``resume`` run the workflow here, in the foreground,
+serving the API meanwhile so other processes can answer its questions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from iterion_nb.api.holder import HolderInfo, find_holder
+from iterion_nb.api.service import event_json, interaction_json, run_json
+from iterion_nb.errors import IterionError
+from iterion_nb.ir import compile_file
+from iterion_nb.session import RunHandle, Session, SessionService
+from iterion_nb.store import resolve_store_path
+
+
+class CliError(Exception):
+    """A problem to print as ``iterion-nb: message`` with an exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def add_commands(sub: Any) -> None:
+    """Register the run commands on the top-level parser's subparsers."""
+    run = sub.add_parser("run", help="run a workflow here until it finishes or pauses")
+    run.add_argument("file")
+    run.add_argument("--var", action="append", default=[], metavar="K=V")
+    run.add_argument("--scenario", help="the scripted model's scenario (YAML or JSON)")
+    _common(run)
+    runs = sub.add_parser("runs", help="list runs, show one, list or answer its questions")
+    verbs = runs.add_subparsers(dest="verb", required=True, metavar="VERB")
+    _common(verbs.add_parser("list", help="runs, newest first"))
+    verbs.choices["list"].add_argument("--status")
+    verbs.choices["list"].add_argument("--limit", type=int, default=50)
+    for verb, text in (("show", "one run"), ("questions", "a run's pending questions")):
+        parser = verbs.add_parser(verb, help=text)
+        parser.add_argument("run_id")
+        _common(parser)
+    answer = verbs.add_parser("answer", help="answer one question of a run")
+    answer.add_argument("run_id")
+    answer.add_argument("interaction_id")
+    answer.add_argument("text", help="the answer (text; JSON with --json-value)")
+    answer.add_argument("--json-value", action="store_true", help="read the answer as JSON")
+    answer.add_argument("--as", dest="answered_by", default="cli", help="who answers")
+    _common(answer)
+    resume = sub.add_parser("resume", help="resume a paused, failed or cancelled run here")
+    resume.add_argument("run_id")
+    resume.add_argument("--force", action="store_true", help="even if the source changed")
+    resume.add_argument("--scenario")
+    _common(resume)
+    cancel = sub.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("run_id")
+    _common(cancel)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+# -- clients ---------------------------------------------------------------------
+class HttpClient:
+    """Talks to the holder's REST API."""
+
+    def __init__(self, holder: HolderInfo) -> None:
+        self.holder = holder
+
+    async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One request; an error response becomes a CliError with its message."""
+        return await asyncio.to_thread(self._call, method, path, body)
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.holder.url + path, data=data, method=method,
+            headers={"Authorization": f"Bearer {self.holder.token}",
+                     "Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            try:
+                message = json.loads(err.read()).get("message", err.reason)
+            except (ValueError, AttributeError):
+                message = err.reason
+            raise CliError(str(message), 1) from None
+        except urllib.error.URLError as err:
+            raise CliError(
+                f"cannot reach the store holder at {self.holder.url}: {err.reason}"
+            ) from None
+
+
+def _session(store: str | None, *, serve: bool, scenario: str | None = None) -> Session:
+    try:
+        return Session(store, scenario=scenario, serve=serve)
+    except IterionError as err:
+        raise CliError(str(err)) from None
+
+
+async def _direct(args: argparse.Namespace, action: str) -> Any:
+    session = _session(args.store, serve=False)
+    service = SessionService(session)
+    try:
+        if action == "list":
+            return {"runs": [run_json(r) for r in await service.list_runs(args.status, args.limit)]}
+        if action == "show":
+            run = run_json(await service.get_run(args.run_id), full=True)
+            run["events"] = [event_json(e) for e in await service.events(args.run_id, 0)][-20:]
+            return run
+        if action == "questions":
+            return {
+                "interactions": [interaction_json(i) for i in await service.pending(args.run_id)]
+            }
+        if action == "cancel":
+            return {"status": await service.cancel(args.run_id)}
+        outcome: dict[str, Any] = dict(
+            await service.answer(args.run_id, args.interaction_id, _answer(args), args.answered_by)
+        )
+        if outcome["resumed"]:  # this process now runs the workflow until it settles
+            outcome["status"] = await session.run(args.run_id).wait()
+        return outcome
+    finally:
+        await session.close()
+
+
+async def _remote(client: HttpClient, args: argparse.Namespace, action: str) -> Any:
+    base = f"/api/runs/{args.run_id}" if hasattr(args, "run_id") else "/api/runs"
+    if action == "list":
+        query = f"?limit={args.limit}" + (f"&status={args.status}" if args.status else "")
+        return await client.call("GET", base + query)
+    if action == "show":
+        run = await client.call("GET", base)
+        run["events"] = (await client.call("GET", base + "/events"))["events"][-20:]
+        return run
+    if action == "questions":
+        return await client.call("GET", base + "/interactions/pending")
+    if action == "cancel":
+        return await client.call("POST", base + "/cancel", {})
+    return await client.call(
+        "POST", f"{base}/interactions/{args.interaction_id}/answer",
+        {"answer": _answer(args), "answered_by": args.answered_by},
+    )  # fmt: skip
+
+
+def _answer(args: argparse.Namespace) -> Any:
+    if not args.json_value:
+        return args.text
+    try:
+        return json.loads(args.text)
+    except json.JSONDecodeError as err:
+        raise CliError(f"--json-value: the answer is not JSON: {err}", 2) from None
+
+
+# -- commands ----------------------------------------------------------------------
+def run_command(args: argparse.Namespace, out: TextIO) -> int:
+    """Dispatch ``run``, ``runs …``, ``resume`` and ``cancel``."""
+    return asyncio.run(_dispatch(args, out))
+
+
+async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
+    holder = find_holder(resolve_store_path(args.store))
+    if args.command in ("run", "resume"):
+        if holder is not None:
+            raise CliError(
+                f"the store is held by process {holder.pid}; run and resume there (or stop it)"
+            )
+        return await _foreground(args, out)
+    action = args.verb if args.command == "runs" else "cancel"
+    try:
+        if holder is not None:
+            result = await _remote(HttpClient(holder), args, action)
+        else:
+            result = await _direct(args, action)
+    except IterionError as err:
+        raise CliError(str(err)) from None
+    _print(result, action, args.json, out)
+    return 0
+
+
+async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
+    session = _session(args.store, serve=True, scenario=args.scenario)
+    try:
+        if args.command == "run":
+            variables = dict(_pair(v) for v in args.var)
+            handle = await session.start(compile_file(Path(args.file)), vars=variables)
+        else:
+            handle = await session.resume(args.run_id, force=args.force)
+        if not args.json:
+            out.write(f"run {handle.id} running (answer its questions with `iterion-nb runs"
+                      f" answer {handle.id} ID TEXT` from another terminal)\n")  # fmt: skip
+            out.flush()
+        status = await handle.wait()
+        result = await _summary(handle)
+    except IterionError as err:
+        raise CliError(str(err)) from None
+    finally:
+        await session.close()
+    _print(result, "show", args.json, out)
+    return 1 if status in ("failed", "failed_resumable") else 0
+
+
+async def _summary(handle: RunHandle) -> dict[str, Any]:
+    record = await handle.refresh()
+    data = run_json(record, full=True)
+    data["questions"] = [interaction_json(i) for i in await handle.pending_questions()]
+    return data
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise CliError(f"--var expects KEY=VALUE, got {text!r}", 2)
+    return key, value
+
+
+def _print(result: Any, action: str, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        out.write(json.dumps(result, indent=2, ensure_ascii=False, default=str) + "\n")
+        return
+    lines = _TEXT[action](result) if action in _TEXT else _answered(result)
+    out.write("\n".join(lines) + "\n")
+
+
+def _listing(result: Any) -> list[str]:
+    rows = result["runs"]
+    return [
+        f"{r['id']}  {r['status']:<22} {r['workflow']:<20} {r['created_at']}" for r in rows
+    ] or ["no runs"]
+
+
+def _shown(result: Any) -> list[str]:
+    lines = [f"run {result['id']} ({result['workflow']}): {result['status']}"]
+    if result.get("error"):
+        lines.append(f"  error: {result['error']}")
+    for node, output in result.get("outputs", {}).items():
+        lines.append(f"  {node}: {json.dumps(output, ensure_ascii=False)[:200]}")
+    lines += [f"  waiting: {q['id']} [{q['kind']}] {q['question']}"
+              for q in result.get("questions", [])]  # fmt: skip
+    return lines
+
+
+def _questions(result: Any) -> list[str]:
+    lines = []
+    for q in result["interactions"]:
+        choices = ", ".join(f"{o['id']}={o['label']}" for o in q["options"])
+        suffix = f"  ({choices})" if choices else ""
+        lines.append(f"{q['id']}  [{q['kind']}] {q['node_id']}: {q['question']}{suffix}")
+    return lines or ["no pending questions"]
+
+
+def _answered(result: Any) -> list[str]:
+    state = "queued for the agent" if result.get("queued") else "recorded"
+    resumed = "; the run resumed" if result.get("resumed") else ""
+    final = f"; it is now {result['status']}" if result.get("status") else ""
+    return [f"answer {state}{resumed}{final}"]
+
+
+def _cancelled(result: Any) -> list[str]:
+    return [str(result["status"])]
+
+
+_TEXT: dict[str, Callable[[Any], list[str]]] = {
+    "list": _listing,
+    "show": _shown,
+    "questions": _questions,
+    "cancel": _cancelled,
+}
