@@ -32,7 +32,8 @@ from iterion_nb.runtime.ports import Backend, Store
 from iterion_nb.runtime.records import RUN_STATUSES, Event, Interaction, Run, RunStatus, utcnow
 from iterion_nb.runtime.state import Frontier, RunState
 from iterion_nb.runtime.values import resolve_vars
-from iterion_nb.store import open_duckdb_store
+from iterion_nb.store import DuckDBStore
+from iterion_nb.store.remote import open_store
 
 RESUMABLE: tuple[RunStatus, ...] = ("paused_waiting_human", "failed_resumable", "cancelled")
 SETTLED: tuple[RunStatus, ...] = (
@@ -80,7 +81,7 @@ class Session:
         serve: bool = True,
     ) -> None:
         if store is None or isinstance(store, str | os.PathLike):
-            self.store: Store = open_duckdb_store(store)
+            self.store: Store = open_store(store, on_take_over=self._took_over)
             self._owns_store = True
         else:
             self.store = store
@@ -92,15 +93,21 @@ class Session:
         self._serve = serve
         self.holder: Holder | None = None
 
+    def _took_over(self, local: Store) -> None:
+        """The holder we used died and this process opened the file: serve it now."""
+        if self._serve and self.holder is None and isinstance(local, DuckDBStore):
+            loop = asyncio.get_running_loop()
+            self.holder = Holder(SessionService(self), local, local.path, loop).start()
+
     def serve(self) -> Holder | None:
         """Serve the REST API for this session's DuckDB file (done by start and resume).
 
         Other processes (the CLI, another kernel) find the server through the
         holder file and answer questions of this process's runs through it.
         """
-        path = getattr(self.store, "path", None)
-        if self.holder is None and self._serve and isinstance(path, Path):
-            self.holder = Holder(SessionService(self), path, asyncio.get_running_loop()).start()
+        if self.holder is None and self._serve and isinstance(self.store, DuckDBStore):
+            loop = asyncio.get_running_loop()
+            self.holder = Holder(SessionService(self), self.store, self.store.path, loop).start()
         return self.holder
 
     # -- starting and resuming ----------------------------------------------

@@ -96,9 +96,10 @@ class BaseHandler(tornado.web.RequestHandler):
         except ApiError as err:
             self._fail(err)
         except NotFoundError as err:
-            self._fail(ApiError(404, "not_found", str(err)))
+            self._fail(ApiError(404, "not_found", str(err), kind=err.kind, key=err.key))
         except AlreadyAnsweredError as err:
-            self._fail(ApiError(409, "already_answered", str(err), existing=err.existing))
+            self._fail(ApiError(409, "already_answered", str(err), existing=err.existing,
+                                interaction_id=err.interaction_id))  # fmt: skip
         except (ConflictError, ResumeError) as err:
             self._fail(ApiError(409, "conflict", str(err)))
         except InvalidAnswerError as err:

@@ -18,7 +18,6 @@ import os
 import secrets
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,41 +27,11 @@ import tornado.web
 
 from iterion_nb.api.handlers import MAX_BODY, routes
 from iterion_nb.api.service import RunService
-
-
-@dataclass(frozen=True)
-class HolderInfo:
-    """What a holder publishes."""
-
-    pid: int
-    url: str
-    token: str
-
-
-def holder_file(db_path: Path) -> Path:
-    """Where the holder of ``db_path`` publishes itself."""
-    return db_path.with_name(db_path.name + ".holder.json")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def find_holder(db_path: Path) -> HolderInfo | None:
-    """The live holder of ``db_path``, if a process publishes one and is still alive."""
-    path = holder_file(db_path)
-    try:
-        data = json.loads(path.read_text())
-        info = HolderInfo(int(data["pid"]), str(data["url"]), str(data["token"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return info if info.pid != os.getpid() and _alive(info.pid) else None
+from iterion_nb.api.store_rpc import store_routes
+from iterion_nb.errors import NotFoundError, ResumeError
+from iterion_nb.runtime.ports import Store
+from iterion_nb.store.holder_file import HolderInfo, find_holder, holder_file
+from iterion_nb.store.remote import open_store
 
 
 class _OnLoop:
@@ -85,8 +54,11 @@ class _OnLoop:
 class Holder:
     """Serves the API for one store file until stopped."""
 
-    def __init__(self, service: RunService, db_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, service: RunService, store: Store, db_path: Path, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.db_path = db_path
+        self._store = store
         self.token = secrets.token_urlsafe(32)
         self._service = _OnLoop(service, loop)
         self._ready = threading.Event()
@@ -111,7 +83,8 @@ class Holder:
         self._loop = loop
         asyncio.set_event_loop(loop)
         try:
-            app = tornado.web.Application(routes(self._service, self.token))  # type: ignore[arg-type]
+            table = routes(self._service, self.token) + store_routes(self._store, self.token)  # type: ignore[arg-type]
+            app = tornado.web.Application(table)
             # Bodies up to 4x the limit reach the handler, which answers 413 in JSON;
             # beyond that tornado drops the connection without reading it all.
             server = tornado.httpserver.HTTPServer(app, max_body_size=4 * MAX_BODY)
@@ -156,3 +129,89 @@ class Holder:
 
             loop.call_soon_threadsafe(shutdown)
             self._thread.join(5)
+
+
+__all__ = [
+    "Holder",
+    "HolderInfo",
+    "StoreService",
+    "find_holder",
+    "holder_file",
+    "open_served_store",
+    "serve_store",
+]
+
+
+class StoreService:
+    """The REST routes over a bare store, for a process that holds the file but runs nothing.
+
+    (A session serves a :class:`~iterion_nb.session.SessionService` instead,
+    which can also resume runs.)
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def list_runs(self, status: str | None, limit: int) -> list[Any]:
+        """Runs, newest first."""
+        return await self.store.list_runs(status=status, limit=limit)  # type: ignore[arg-type]
+
+    async def get_run(self, run_id: str) -> Any:
+        """One run."""
+        return await self.store.get_run(run_id)
+
+    async def events(self, run_id: str, after: int) -> list[Any]:
+        """A run's events."""
+        return await self.store.events(run_id, after=after)
+
+    async def pending(self, run_id: str) -> list[Any]:
+        """A run's unanswered questions."""
+        await self.store.get_run(run_id)
+        return await self.store.pending_interactions(run_id)
+
+    async def answer(
+        self, run_id: str, interaction_id: str, answer: Any, answered_by: str
+    ) -> dict[str, bool]:
+        """Record an answer (nothing runs here to resume)."""
+        question = await self.store.get_interaction(interaction_id)
+        if question.run_id != run_id:
+            raise NotFoundError("interaction", interaction_id)
+        result = await self.store.answer(interaction_id, answer, answered_by=answered_by)
+        await self.store.append_event(
+            run_id, "interaction_answered",
+            {"interaction_id": interaction_id, "kind": question.kind, "answered_by": answered_by},
+            node_id=question.node_id, branch_id=question.branch_id,
+        )  # fmt: skip
+        return {"queued": result.message is not None, "resumed": False}
+
+    async def answer_human(
+        self, run_id: str, answers: dict[str, Any], answered_by: str
+    ) -> dict[str, bool]:
+        """Resuming needs a session; this process has none."""
+        raise ResumeError(f"run '{run_id}' cannot be resumed by this process (it runs no session)")
+
+    async def cancel(self, run_id: str) -> str:
+        """Mark a run cancelled."""
+        run = await self.store.update_run(run_id, status="cancelled")
+        return run.status
+
+
+def serve_store(store: Store, db_path: Path) -> Holder:
+    """Serve a bare store from this process (call from a running event loop).
+
+    The server stops when the store closes.
+    """
+    holder = Holder(StoreService(store), store, db_path, asyncio.get_running_loop()).start()
+    adder = getattr(store, "add_closer", None)
+    if adder is not None:
+        adder(holder.stop)
+    return holder
+
+
+def open_served_store(path: str | os.PathLike[str] | None = None) -> Store:
+    """:func:`open_store` that starts serving the file if it has to take it over."""
+
+    def take_over(local: Store) -> None:
+        serve_store(local, Path(local.path))  # type: ignore[attr-defined]
+
+    return open_store(path, on_take_over=take_over, on_open=take_over)

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from iterion_nb.api.holder import HolderInfo, find_holder
 from iterion_nb.api.service import event_json, interaction_json, run_json
 from iterion_nb.errors import IterionError
 from iterion_nb.ir import compile_file
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.store import resolve_store_path
+from iterion_nb.store.holder_file import HolderInfo, find_holder
 
 
 class CliError(Exception):

@@ -279,6 +279,7 @@ class DuckDBStore:
         self._worker = DbWorker(self._buffer, self._write_events, f"iterion-db:{path.name}")
         self._users = 1
         self.closed = False
+        self._closers: list[Callable[[], None]] = []
         # This process holds the file, so it alone adds and answers questions:
         # the pending ones are mirrored in memory (loaded at open, updated after
         # each commit) and listing them never touches the database.
@@ -719,8 +720,16 @@ class DuckDBStore:
     async def flush(self) -> None:
         await self._call(self._flushed)
 
+    def add_closer(self, closer: Callable[[], None]) -> None:
+        """Call ``closer`` first when the store finally closes (to stop serving it)."""
+        self._closers.append(closer)
+
     async def close(self) -> None:
         """Flush, and release the file when the last user of this store closes it."""
+        if self._users == 1:
+            for closer in self._closers:
+                closer()
+            self._closers.clear()
         with _open_lock:
             if self.closed:
                 return

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import iterion_nb as it
-from iterion_nb.api.holder import find_holder, holder_file
 from iterion_nb.session import Session
+from iterion_nb.store.holder_file import find_holder, holder_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "async_questions.iter"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,9 +13,12 @@ import pytest
 
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction, Option, Run
+from iterion_nb.session import Session
 from iterion_nb.store import MemoryStore, open_duckdb_store
+from iterion_nb.store.holder_file import HolderInfo
+from iterion_nb.store.remote import RemoteStore
 
-IMPLEMENTATIONS = ["memory", "duckdb"]
+IMPLEMENTATIONS = ["memory", "duckdb", "remote"]
 
 
 class Clock:
@@ -35,10 +39,23 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     impl: Store
     if request.param == "memory":
         impl = MemoryStore(clock=clock, new_id=lambda: next(ids))
-    else:
-        impl = open_duckdb_store(tmp_path / "runs.duckdb", clock=clock, new_id=lambda: next(ids))
+        yield impl
+        await impl.close()
+        return
+    local = open_duckdb_store(tmp_path / "runs.duckdb", clock=clock, new_id=lambda: next(ids))
+    if request.param == "duckdb":
+        yield local
+        await local.close()
+        return
+    # remote: the same DuckDB store, served over HTTP by a holder, used through the client
+    session = Session(local)
+    holder = session.serve()
+    assert holder is not None
+    impl = RemoteStore(local.path, HolderInfo(os.getpid(), holder.url, holder.token))
     yield impl
     await impl.close()
+    await session.close()
+    await local.close()
 
 
 def make_run(run_id: str = "r1", **overrides: Any) -> Run:

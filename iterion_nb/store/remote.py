@@ -1,0 +1,246 @@
+"""A Store in another process: every call goes to the holder's ``/api/store`` route.
+
+Chosen automatically (:func:`open_store`) when a live process holds the
+DuckDB file. If the holder dies, the next call finds it gone, opens the file
+itself (becoming the holder of this process) and repeats the call there. A
+repeated answer is safe: the same answer twice counts once, a different one
+is a conflict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from iterion_nb.errors import (
+    AlreadyAnsweredError,
+    ConflictError,
+    InvalidAnswerError,
+    NotFoundError,
+    StoreError,
+    StoreLockedError,
+)
+from iterion_nb.runtime.doorbell import Doorbell
+from iterion_nb.runtime.ports import UNSET, Store
+from iterion_nb.runtime.records import AnswerResult, Interaction, check_answer
+from iterion_nb.store.codec import decode, encode
+from iterion_nb.store.duckdb_store import open_duckdb_store
+from iterion_nb.store.holder_file import HolderInfo, alive, find_holder
+from iterion_nb.store.location import resolve_store_path
+
+#: How long a request may take before the holder is presumed gone.
+TIMEOUT = 120.0
+
+
+class HolderGone(Exception):  # noqa: N818 - a condition, handled by taking over
+    """The holder did not answer and its process no longer exists."""
+
+
+def _raise(status: int, body: dict[str, Any]) -> None:
+    code, message = body.get("code", ""), body.get("message", "")
+    if code == "not_found" and "kind" in body:
+        raise NotFoundError(body["kind"], body["key"])
+    if code == "already_answered":
+        raise AlreadyAnsweredError(body.get("interaction_id", ""), body.get("existing"))
+    if code == "conflict":
+        raise ConflictError(message)
+    if code == "invalid_answer":
+        raise InvalidAnswerError(message)
+    raise StoreError(f"the store holder refused the call ({status}): {message}")
+
+
+class RemoteStore:
+    """A :class:`~iterion_nb.runtime.ports.Store` served by another process."""
+
+    def __init__(
+        self,
+        path: Path,
+        holder: HolderInfo,
+        *,
+        doorbell: Doorbell | None = None,
+        on_take_over: Callable[[Store], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.holder = holder
+        self.doorbell = doorbell or Doorbell()
+        self.on_take_over = on_take_over
+        self._local: Store | None = None
+        self._lock = asyncio.Lock()
+        self.closed = False
+
+    @property
+    def took_over(self) -> bool:
+        """Whether this process opened the file itself after the holder died."""
+        return self._local is not None
+
+    def _request(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        body = json.dumps({"args": encode(args), "kwargs": encode(kwargs)}).encode()
+        request = urllib.request.Request(
+            f"{self.holder.url}/api/store/{method}", data=body, method="POST",
+            headers={"Authorization": f"Bearer {self.holder.token}",
+                     "Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+                return decode(json.loads(response.read())["result"])
+        except urllib.error.HTTPError as err:
+            _raise(err.code, json.loads(err.read() or b"{}"))
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as err:
+            if not alive(self.holder.pid):
+                raise HolderGone(str(err)) from None
+            raise StoreError(
+                f"the store holder (pid {self.holder.pid}) did not answer: {err}"
+            ) from None
+        return None
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self.closed:
+            raise StoreError(f"the run store {self.path} is closed")
+        while self._local is None:
+            try:
+                return await asyncio.to_thread(self._request, method, list(args), kwargs)
+            except HolderGone:
+                await self._take_over()  # then retry: here, or at the new holder
+        return await getattr(self._local, method)(*args, **kwargs)
+
+    async def _take_over(self) -> None:
+        """Open the file here now that its holder is gone, unless another client did first."""
+        gone = self.holder
+        async with self._lock:
+            if self._local is not None or self.holder != gone:
+                return
+            for _ in range(150):
+                successor = find_holder(self.path)
+                if successor is not None and successor.pid != gone.pid:
+                    self.holder = successor  # another process took over: use it
+                    return
+                try:
+                    local = open_duckdb_store(self.path, doorbell=self.doorbell)
+                except StoreLockedError:  # still locked: the dying holder, or a new one
+                    await asyncio.sleep(0.1)
+                    continue
+                self._local = local
+                if self.on_take_over is not None:
+                    self.on_take_over(local)
+                return
+            raise StoreError(f"could not take over {self.path}: it stays locked")
+
+    # -- the Store protocol ------------------------------------------------------
+    async def create_run(self, run: Any) -> Any:
+        return await self._call("create_run", run)
+
+    async def get_run(self, run_id: str) -> Any:
+        return await self._call("get_run", run_id)
+
+    async def update_run(self, run_id: str, **changes: Any) -> Any:
+        given = {k: v for k, v in changes.items() if v is not UNSET}
+        return await self._call("update_run", run_id, **given)
+
+    async def list_runs(self, **kwargs: Any) -> Any:
+        return await self._call("list_runs", **kwargs)
+
+    async def save_checkpoint(self, run_id: str, checkpoint: dict[str, Any]) -> None:
+        await self._call("save_checkpoint", run_id, checkpoint)
+
+    async def append_event(self, run_id: str, event_type: str, data: Any = None, **kw: Any) -> Any:
+        return await self._call("append_event", run_id, event_type, data, **kw)
+
+    async def events(self, run_id: str, **kwargs: Any) -> Any:
+        return await self._call("events", run_id, **kwargs)
+
+    async def put_artifact(self, run_id: str, node_id: str, name: str, value: Any) -> Any:
+        return await self._call("put_artifact", run_id, node_id, name, value)
+
+    async def get_artifact(self, run_id: str, name: str, version: int | None = None) -> Any:
+        return await self._call("get_artifact", run_id, name, version)
+
+    async def list_artifacts(self, run_id: str) -> Any:
+        return await self._call("list_artifacts", run_id)
+
+    async def add_interaction(self, interaction: Interaction) -> Any:
+        stored = await self._call("add_interaction", interaction)
+        self.doorbell.ring(interaction.run_id)
+        return stored
+
+    async def get_interaction(self, interaction_id: str) -> Any:
+        return await self._call("get_interaction", interaction_id)
+
+    async def pending_interactions(self, run_id: str | None = None, **kwargs: Any) -> Any:
+        return await self._call("pending_interactions", run_id, **kwargs)
+
+    async def interactions(self, run_id: str) -> Any:
+        return await self._call("interactions", run_id)
+
+    async def answer(
+        self, interaction_id: str, answer: Any, *, answered_by: str = "unknown"
+    ) -> Any:
+        check_answer(answer)  # refuse what cannot travel, before sending anything
+        try:
+            result: AnswerResult = await self._call(
+                "answer", interaction_id, answer, answered_by=answered_by
+            )
+        except AlreadyAnsweredError as err:
+            if err.existing != json.loads(json.dumps(answer)):
+                raise
+            recorded = await self.get_interaction(interaction_id)
+            if recorded.answered_by != answered_by:
+                raise
+            # our own answer, committed by a holder that died before replying and
+            # retried here: the same answer twice is one delivery
+            result = AnswerResult(recorded, None)
+        self.doorbell.ring(result.interaction.run_id)
+        return result
+
+    async def queue_message(self, run_id: str, node_id: str, text: str) -> Any:
+        message = await self._call("queue_message", run_id, node_id, text)
+        self.doorbell.ring(run_id)
+        return message
+
+    async def drain_messages(self, run_id: str, node_id: str) -> Any:
+        return await self._call("drain_messages", run_id, node_id)
+
+    async def flush(self) -> None:
+        await self._call("flush")
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._local is not None:
+            await self._local.close()
+
+
+def open_store(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    on_take_over: Callable[[Store], None] | None = None,
+    on_open: Callable[[Store], None] | None = None,
+) -> Store:
+    """The store at ``path``: through its live holder if another process has one, else the file.
+
+    ``on_take_over`` is called with the local store when a remote one had to
+    open the file itself later, ``on_open`` when the file is opened here at
+    once (both to start serving it, typically).
+    """
+    target = resolve_store_path(path)
+    deadline = time.monotonic() + 15
+    while True:
+        holder = find_holder(target)
+        if holder is not None:
+            return RemoteStore(target, holder, on_take_over=on_take_over)
+        try:
+            local = open_duckdb_store(target)
+        except StoreLockedError:
+            # a process that just opened the file publishes its holder file next
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+            continue
+        if on_open is not None:
+            on_open(local)
+        return local
