@@ -9,23 +9,9 @@ from typing import Any
 
 from iterion_nb.errors import VarsError
 from iterion_nb.ir import model as m
+from iterion_nb.ir.values import matches_type as fits
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def fits(value: Any, spec: m.TypeSpec) -> bool:
-    """Whether ``value`` is of type ``spec`` (an int is a float; json is anything)."""
-    if spec.is_list:
-        return isinstance(value, list) and all(fits(v, m.TypeSpec(spec.name)) for v in value)
-    if spec.name == "json":
-        return True
-    if spec.name == "string":
-        return isinstance(value, str)
-    if spec.name == "bool":
-        return isinstance(value, bool)
-    if spec.name == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def check_record(value: Any, schema: m.Schema) -> list[str]:
