@@ -50,12 +50,25 @@ class BaseHandler(tornado.web.RequestHandler):
         self.token = token
 
     def prepare(self) -> None:
+        tracker = self.settings.get("iterion_in_flight")
+        if tracker is not None:
+            tracker.started()
+            self._tracked = tracker
         if self.token is None:
             return
         header = self.request.headers.get("Authorization", "")
         given = header[7:] if header.startswith("Bearer ") else ""
         if not given or not hmac.compare_digest(given, self.token):
             self._fail(ApiError(401, "unauthorized", "missing or wrong bearer token"))
+
+    def on_finish(self) -> None:
+        tracker = getattr(self, "_tracked", None)
+        if tracker is not None:
+            self._tracked = None
+            tracker.finished()
+
+    def on_connection_close(self) -> None:
+        self.on_finish()
 
     def check_xsrf_cookie(self) -> None:  # token-authenticated API, no cookies
         return

@@ -14,6 +14,7 @@ import asyncio
 import atexit
 import contextlib
 import json
+import logging
 import os
 import secrets
 import threading
@@ -51,8 +52,34 @@ class _OnLoop:
         return call
 
 
+class InFlight:
+    """Counts the requests being served, so stopping can wait for them to finish."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def started(self) -> None:
+        """A request came in (called on the server's loop)."""
+        self.count += 1
+
+    def finished(self) -> None:
+        """A request was answered or its client went away."""
+        self.count -= 1
+
+
+def _log_request(handler: tornado.web.RequestHandler) -> None:
+    """Access log: only server errors (4xx answers are the client's business)."""
+    if handler.get_status() >= 500:
+        logging.getLogger("iterion_nb.holder").error(
+            "%d %s", handler.get_status(), handler._request_summary()
+        )
+
+
 class Holder:
     """Serves the API for one store file until stopped."""
+
+    #: How long stopping waits for requests in flight to be answered.
+    DRAIN_SECONDS = 3.0
 
     def __init__(
         self, service: RunService, store: Store, db_path: Path, loop: asyncio.AbstractEventLoop
@@ -67,6 +94,8 @@ class Holder:
         self._server: tornado.httpserver.HTTPServer | None = None
         self.url = ""
         self._error: BaseException | None = None
+        self._in_flight = InFlight()
+        self._stopping: asyncio.Task[None] | None = None
 
     def start(self) -> Holder:
         """Start serving and publish the holder file."""
@@ -84,7 +113,9 @@ class Holder:
         asyncio.set_event_loop(loop)
         try:
             table = routes(self._service, self.token) + store_routes(self._store, self.token)  # type: ignore[arg-type]
-            app = tornado.web.Application(table)
+            app = tornado.web.Application(
+                table, iterion_in_flight=self._in_flight, log_function=_log_request
+            )
             # Bodies up to 4x the limit reach the handler, which answers 413 in JSON;
             # beyond that tornado drops the connection without reading it all.
             server = tornado.httpserver.HTTPServer(app, max_body_size=4 * MAX_BODY)
@@ -117,18 +148,33 @@ class Holder:
                 path.unlink()
 
     def stop(self) -> None:
-        """Stop serving and remove the holder file."""
+        """Remove the holder file, stop accepting, answer the requests in flight, then stop.
+
+        Clients that connect after this find nobody listening and look for
+        the file's next holder (or open the file themselves once it is free);
+        a request already being served is answered first, so nobody is left
+        without a reply while this process still holds the file.
+        """
         self._unpublish()
         atexit.unregister(self._unpublish)
         loop, server = self._loop, self._server
-        if loop is not None and server is not None and not loop.is_closed():
+        if loop is None or server is None or loop.is_closed():
+            return
 
-            def shutdown() -> None:
-                server.stop()
-                loop.stop()
+        async def shutdown() -> None:
+            server.stop()
+            deadline = loop.time() + self.DRAIN_SECONDS
+            while self._in_flight.count > 0 and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(server.close_all_connections(), 1.0)
+            loop.stop()
 
-            loop.call_soon_threadsafe(shutdown)
-            self._thread.join(5)
+        def start_shutdown() -> None:
+            self._stopping = loop.create_task(shutdown())
+
+        loop.call_soon_threadsafe(start_shutdown)
+        self._thread.join(self.DRAIN_SECONDS + 3)
 
 
 __all__ = [

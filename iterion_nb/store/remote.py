@@ -35,12 +35,15 @@ from iterion_nb.store.duckdb_store import open_duckdb_store
 from iterion_nb.store.holder_file import HolderInfo, alive, find_holder
 from iterion_nb.store.location import resolve_store_path
 
-#: How long a request may take before the holder is presumed gone.
-TIMEOUT = 120.0
+#: How long one request may take before the holder is presumed stuck.
+TIMEOUT = 60.0
+#: How long a client keeps trying to reach a holder, its successor, or the
+#: file itself after a request found nobody answering.
+RECOVER_SECONDS = 30.0
 
 
-class HolderGone(Exception):  # noqa: N818 - a condition, handled by taking over
-    """The holder did not answer and its process no longer exists."""
+class HolderUnreachable(Exception):  # noqa: N818 - a condition, handled by recovering
+    """A request got no reply: the holder is stopping, dead, or (rarely) stuck."""
 
 
 def _raise(status: int, body: dict[str, Any]) -> None:
@@ -92,49 +95,91 @@ class RemoteStore:
                 return decode(json.loads(response.read())["result"])
         except urllib.error.HTTPError as err:
             _raise(err.code, json.loads(err.read() or b"{}"))
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as err:
-            if not alive(self.holder.pid):
-                raise HolderGone(str(err)) from None
-            raise StoreError(
-                f"the store holder (pid {self.holder.pid}) did not answer: {err}"
-            ) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as err:
+            raise HolderUnreachable(str(err)) from None
         return None
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        result, _ = await self._invoke(method, list(args), kwargs)
+        return result
+
+    async def _invoke(
+        self, method: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[Any, bool]:
+        """Call ``method`` wherever the file is now; also say whether it had to be repeated."""
         if self.closed:
             raise StoreError(f"the run store {self.path} is closed")
+        give_up: float | None = None
         while self._local is None:
+            holder = self.holder
             try:
-                return await asyncio.to_thread(self._request, method, list(args), kwargs)
-            except HolderGone:
-                await self._take_over()  # then retry: here, or at the new holder
-        return await getattr(self._local, method)(*args, **kwargs)
+                result = await asyncio.to_thread(self._request, method, args, kwargs)
+                return result, give_up is not None
+            except ConflictError as err:
+                err.repeated = give_up is not None  # type: ignore[attr-defined]
+                raise
+            except HolderUnreachable as err:
+                # Nobody answered: the holder is stopping, was killed, or is stuck.
+                # Find where the file is now (a successor, or here) and repeat the
+                # call there. Repeating is safe for what matters: the same answer
+                # twice counts once (see answer()).
+                now = time.monotonic()
+                give_up = give_up or now + RECOVER_SECONDS
+                if now > give_up:
+                    raise StoreError(
+                        f"the store holder (pid {holder.pid}) of {self.path} did not answer"
+                        f" for {RECOVER_SECONDS:.0f} s: {err}"
+                    ) from None
+                await self._recover(holder)
+        try:
+            return await getattr(self._local, method)(*args, **kwargs), give_up is not None
+        except ConflictError as err:
+            err.repeated = give_up is not None  # type: ignore[attr-defined]
+            raise
 
-    async def _take_over(self) -> None:
-        """Open the file here now that its holder is gone, unless another client did first."""
-        gone = self.holder
+    async def _recover(self, failed: HolderInfo) -> None:
+        """After ``failed`` did not answer: use its successor, or open the file here.
+
+        Returns with ``self.holder`` changed, the file opened here, or (if
+        the same holder still has the file and still publishes itself) after a
+        short pause so the caller retries it.
+        """
         async with self._lock:
-            if self._local is not None or self.holder != gone:
+            if self._local is not None or self.holder != failed:
+                return  # another call of ours already recovered
+            successor = find_holder(self.path)
+            if successor is not None and successor != failed:
+                self.holder = successor  # another process took over: use it
                 return
-            for _ in range(150):
-                successor = find_holder(self.path)
-                if successor is not None and successor.pid != gone.pid:
-                    self.holder = successor  # another process took over: use it
-                    return
-                try:
-                    local = open_duckdb_store(self.path, doorbell=self.doorbell)
-                except StoreLockedError:  # still locked: the dying holder, or a new one
-                    await asyncio.sleep(0.1)
-                    continue
-                self._local = local
-                if self.on_take_over is not None:
-                    self.on_take_over(local)
+            try:
+                local = open_duckdb_store(self.path, doorbell=self.doorbell)
+            except StoreLockedError:
+                # the old holder is still exiting, or a new one has the file but
+                # has not published itself yet: look again shortly
+                await asyncio.sleep(0.05 if alive(failed.pid) else 0.1)
                 return
-            raise StoreError(f"could not take over {self.path}: it stays locked")
+            self._local = local
+            if self.on_take_over is not None:
+                self.on_take_over(local)
 
     # -- the Store protocol ------------------------------------------------------
+    async def _add(self, method: str, record: Any, fetch: str) -> Any:
+        """Insert ``record``; a repeat of our own insert that had landed is not a conflict."""
+        try:
+            stored, _ = await self._invoke(method, [record], {})
+        except ConflictError as err:
+            # A call repeated after its holder vanished may find its own record:
+            # the first attempt landed. Anything else is a real conflict.
+            if not getattr(err, "repeated", False):
+                raise
+            existing = await self._call(fetch, record.id)
+            if existing != record:
+                raise
+            stored = existing
+        return stored
+
     async def create_run(self, run: Any) -> Any:
-        return await self._call("create_run", run)
+        return await self._add("create_run", run, "get_run")
 
     async def get_run(self, run_id: str) -> Any:
         return await self._call("get_run", run_id)
@@ -165,7 +210,7 @@ class RemoteStore:
         return await self._call("list_artifacts", run_id)
 
     async def add_interaction(self, interaction: Interaction) -> Any:
-        stored = await self._call("add_interaction", interaction)
+        stored = await self._add("add_interaction", interaction, "get_interaction")
         self.doorbell.ring(interaction.run_id)
         return stored
 

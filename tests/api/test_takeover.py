@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -58,6 +59,7 @@ CLIENT = textwrap.dedent(
                 print(json.dumps({"won": iid}), flush=True)
             except AlreadyAnsweredError:
                 lost += 1
+                print(json.dumps({"lost1": iid}), flush=True)
         await store.close()
         print(json.dumps({"lost": lost}), flush=True)
 
@@ -86,17 +88,20 @@ def clients(db: Path) -> list[subprocess.Popen[str]]:
     ]
 
 
-def outcomes(procs: list[subprocess.Popen[str]]) -> tuple[dict[str, list[str]], int]:
+def outcomes(
+    procs: list[subprocess.Popen[str]], seen: str = ""
+) -> tuple[dict[str, list[str]], int]:
+    """What each client was told: answers it won, and how many it lost (409)."""
     won: dict[str, list[str]] = {}
     lost = 0
     for k, proc in enumerate(procs):
         out, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err[-2000:]
-        for line in out.splitlines():
+        for line in ((seen if k == 0 else "") + out).splitlines():
             record = json.loads(line)
             if "won" in record:
                 won.setdefault(record["won"], []).append(f"client{k}")
-            else:
+            elif "lost" in record:
                 lost += record["lost"]
     return won, lost
 
@@ -127,6 +132,30 @@ async def test_twenty_processes_answer_two_hundred_questions_once(tmp_path: Path
     finally:
         holder.kill()
         holder.wait()
+    assert sorted(won) == sorted(f"q{n}" for n in range(QUESTIONS))
+    assert lost == QUESTIONS * (CLIENTS - 1)
+    await check_store(db, won)
+
+
+@pytest.mark.timeout(300)
+async def test_holder_killed_mid_burst_loses_no_acknowledged_answer(tmp_path: Path) -> None:
+    db = tmp_path / "burst.duckdb"
+    holder = start_holder(db)
+    procs = clients(db)
+    try:
+        # wait until the burst is under way: the first client has had 20 replies
+        first = procs[0].stdout
+        assert first is not None
+        seen = "".join(first.readline() for _ in range(20))
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        won, lost = await asyncio.to_thread(outcomes, procs, seen)
+    finally:
+        for proc in [holder, *procs]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    # every question was acknowledged to exactly one client, and is stored that way
     assert sorted(won) == sorted(f"q{n}" for n in range(QUESTIONS))
     assert lost == QUESTIONS * (CLIENTS - 1)
     await check_store(db, won)
