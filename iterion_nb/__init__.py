@@ -47,3 +47,17 @@ def __getattr__(name: str) -> Any:
 
         return tool
     raise AttributeError(f"module 'iterion_nb' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext iterion_nb``: the ``%%iterion`` and ``%iterion`` magics."""
+    from iterion_nb.magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext iterion_nb``."""
+    from iterion_nb.magics import unload
+
+    unload(ipython)

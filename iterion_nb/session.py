@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import traceback
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,6 +92,10 @@ class Session:
         self.workdir = Path(workdir) if workdir is not None else Path.cwd()
         self.poll_interval = poll_interval
         self._tasks: dict[str, asyncio.Task[RunStatus]] = {}
+        #: Tracebacks of runs whose driving task failed unexpectedly, by run id.
+        self.failures: dict[str, str] = {}
+        self._final_outputs: dict[str, dict[str, Any]] = {}
+        self._scenarios: dict[str, Mapping[str, Any] | str | os.PathLike[str]] = {}
         self._serve = serve
         self.holder: Holder | None = None
 
@@ -197,6 +203,10 @@ class Session:
         self, wf: m.Workflow, run_id: str, state: RunState, *, resumed: bool,
         scenario: Mapping[str, Any] | str | os.PathLike[str] | None = None,
     ) -> None:  # fmt: skip
+        # a run started with its own scenario keeps it when this session resumes it
+        scenario = scenario if scenario is not None else self._scenarios.get(run_id)
+        if scenario is not None:
+            self._scenarios[run_id] = scenario
         backend = _claw(scenario) if scenario is not None else self.backend
         engine = Engine(
             wf, self.store, backend, run_id, state,
@@ -208,7 +218,17 @@ class Session:
         async def drive() -> RunStatus:
             try:
                 return await engine.run(resumed=resumed)
+            except Exception as err:  # a bug or a store failure: record it, never lose it
+                self.failures[run_id] = "".join(traceback.format_exception(err))
+                message = f"internal error: {type(err).__name__}: {err}"
+                with contextlib.suppress(Exception):
+                    await self.store.append_event(
+                        run_id, "run_failed", {"error": message, "resumable": True}
+                    )
+                    await self.store.update_run(run_id, status="failed_resumable", error=message)
+                return "failed_resumable"
             finally:
+                self._final_outputs[run_id] = dict(engine.state.outputs)
                 _LIVE.pop(key, None)
 
         self._tasks[run_id] = asyncio.ensure_future(drive())
@@ -286,6 +306,8 @@ class RunHandle:
         engine = self._engine
         if engine is not None:
             return dict(engine.state.outputs)
+        if self.id in self.session._final_outputs:  # ran here: as the engine left them
+            return dict(self.session._final_outputs[self.id])
         if self._record and self._record.checkpoint:
             return dict(self._record.checkpoint.get("outputs", {}))
         return {}

@@ -39,7 +39,8 @@ def _node_label(node: m.Node) -> str:
     return f"{node.name}<br/><small>{detail}</small>"
 
 
-def _edge_label(edge: m.Edge, loops: dict[str, m.Loop]) -> str:
+def edge_label(edge: m.Edge, loops: dict[str, m.Loop]) -> str:
+    """The label of an edge: its condition and the loop it belongs to."""
     bits: list[str] = []
     if isinstance(edge.condition, m.FieldCondition):
         bits.append(("not " if edge.condition.negated else "") + edge.condition.field)
@@ -62,7 +63,7 @@ def to_mermaid(wf: m.Workflow) -> str:
             lines.append(f"  {_id(terminal)}(({terminal}))")
     for edge in wf.edges:
         arrow = "-.->" if edge.loop else "-->"
-        label = _edge_label(edge, wf.loops)
+        label = edge_label(edge, wf.loops)
         text = f"|{_label(label)}|" if label else ""
         lines.append(f"  {_id(edge.src)} {arrow}{text} {_id(edge.dst)}")
     return "\n".join(lines) + "\n"

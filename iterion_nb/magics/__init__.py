@@ -1,1 +1,5 @@
-"""``%%iterion`` and ``%iterion``: thin magics that delegate to the session."""
+"""``%load_ext iterion_nb``: the ``%%iterion`` cell magic and the ``%iterion`` line magics."""
+
+from iterion_nb.magics.core import IterionMagics, LiveRun, load, unload
+
+__all__ = ["IterionMagics", "LiveRun", "load", "unload"]
