@@ -63,8 +63,9 @@ class LiveRun(RunHandle):
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         bundle: Any = self.widget._repr_mimebundle_(include=include, exclude=exclude)
-        if isinstance(bundle, dict):  # where widgets do not render: a line of text
-            bundle["text/plain"] = repr(self)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if isinstance(data, dict):  # where widgets do not render: a line of text
+            data["text/plain"] = repr(self)
         return bundle
 
 

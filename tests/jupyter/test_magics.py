@@ -1,0 +1,232 @@
+"""The magics through a real IPython shell: define, run, answer, wait, and every mistake in one line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from iterion_nb.ir import model as m
+from iterion_nb.magics import LiveRun
+
+WORKFLOW = """\
+vars:
+  topic: string
+
+schema draft:
+  text: string
+
+agent writer:
+  model: "scripted"
+  interaction: async
+  user: "Write about {{vars.topic}}."
+  output: draft
+
+await_answers gate:
+  from: writer
+  timeout: "5m"
+
+workflow notes:
+  entry: writer
+  writer -> gate
+  gate -> done
+"""
+
+SCENARIO = {
+    "nodes": {
+        "writer": [
+            {"tool_calls": [{"name": "ask_user_async", "input": {
+                "question": "Tone?", "options": [{"id": "formal", "label": "Formal"}]}}]},
+            {"text": "drafting"},
+            {"output": {"text": "a draft"}},
+        ]
+    }
+}  # fmt: skip
+
+
+@pytest.fixture
+def shell(tmp_path: Path) -> Iterator[InteractiveShell]:
+    ip = InteractiveShell.instance()
+    ip.user_ns.update({"scenario": SCENARIO, "store": str(tmp_path / "store")})
+    run(ip, "%load_ext iterion_nb")
+    yield ip
+    run(ip, "%unload_ext iterion_nb")
+
+
+def run(ip: InteractiveShell, code: str) -> Any:
+    """Run a cell; return its result, raising what it raised (user errors stay UsageErrors)."""
+    result = ip.run_cell(code)
+    return result
+
+
+def ok(ip: InteractiveShell, code: str) -> Any:
+    result = ip.run_cell(code)
+    assert result.success, result.error_in_exec or result.error_before_exec
+    return result.result
+
+
+def test_a_cell_compiles_and_binds_the_workflow(shell: InteractiveShell) -> None:
+    assert ok(shell, "%%iterion\n" + WORKFLOW) is None
+    assert isinstance(shell.user_ns["notes"], m.Workflow)  # bound to the workflow's name
+    ok(shell, "%%iterion other_name\n" + WORKFLOW)
+    assert shell.user_ns["other_name"].name == "notes"
+
+
+def test_diagnostics_are_a_table_with_line_numbers_not_a_traceback(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = WORKFLOW.replace('model: "scripted"', "model: 1").replace(
+        "entry: writer", "entry: nope"
+    )
+    result = run(shell, "%%iterion broken\n" + broken)
+    out, err = capsys.readouterr()
+    assert not result.success
+    assert "line:col" in out and "C052" in out and "C008" in out
+    assert "8:10" in out  # the line of `model: 1` inside the cell
+    assert "UsageError: <cell broken>: the workflow does not compile" in err
+    assert "Traceback" not in out + err
+    assert "broken" not in shell.user_ns
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("%%iterion x --bogus", "unrecognized arguments: --bogus"),
+        ("%%iterion x --run --backend nope --scenario scenario", "unknown backend 'nope'"),
+        ("%%iterion x --run --scenario scenario", "variable 'topic' (string) has no default"),
+        ("%%iterion x --run --var topic=tea --scenario missing_name", "name 'missing_name' is not"),
+        ("%%iterion x --run --var topic=tea --scenario '\"nofile.yaml\"'", "no scenario file"),
+        ("%%iterion x --run --var nope=1 --var topic=t --scenario scenario", "unknown variable"),
+        ("%%iterion x --var topic", "--var expects KEY=VALUE"),
+    ],
+)
+def test_usage_mistakes_are_one_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    result = run(shell, f"{line} --store $store\n" + WORKFLOW)
+    _, err = capsys.readouterr()
+    assert not result.success
+    assert message in err, err
+    assert err.count("\n") == 1 and err.startswith("UsageError:"), err
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("%iterion wait nosuchrun", "no run 'nosuchrun'"),
+        ("%iterion answer nosuchrun q1 yes", "no run 'nosuchrun'"),
+        ("%iterion cancel nosuchrun", "no run 'nosuchrun'"),
+        ("%iterion resume nosuchrun", "no run 'nosuchrun'"),
+        ("%iterion inbox nosuchrun", "no run 'nosuchrun'"),
+        ("%iterion bogus", "unknown command 'bogus'"),
+        ("%iterion", "%iterion runs | inbox"),
+        ("%iterion wait", "the following arguments are required: run_id"),
+        ("%iterion runs --limit many", "invalid int value"),
+    ],
+)
+def test_line_magic_mistakes_are_one_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    result = run(shell, f"{line} --store $store" if line != "%iterion" else line)
+    _, err = capsys.readouterr()
+    assert not result.success
+    assert message in err, err
+    assert "Traceback" not in err
+
+
+def test_run_answer_wait_through_the_magics(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=tea --scenario scenario --store $store\n" + WORKFLOW
+    )
+    assert isinstance(handle, LiveRun)
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    assert shell.user_ns["q"].questions == ("Tone?",)
+    table = ok(shell, "%iterion runs")
+    assert handle.id in repr(table) and "notes" in repr(table)
+    assert ok(shell, "%iterion answer {r.id} {q.id} formal") == {"queued": True, "resumed": False}
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    assert handle.outputs["writer"] == {"text": "a draft"}
+    assert handle.outputs["gate"]["answers"][0]["answer"] == "formal"
+    # the display of a run handle is the live run widget, which shows the end state
+    data, _ = handle._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert data["text/plain"] == f"<Run {handle.id} finished>"
+    # answering again is a conflict, said in one line
+    result = run(shell, "%iterion answer {r.id} {q.id} casual")
+    assert not result.success
+    assert "already answered" in capsys.readouterr().err
+
+
+def test_wait_awaits_without_blocking_the_loop(shell: InteractiveShell) -> None:
+    """While `%iterion wait` waits, other tasks on the loop keep running."""
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "import asyncio\nticks = []\nasync def tick():\n    while True:\n"
+              "        ticks.append(1)\n        await asyncio.sleep(0.01)\n"
+              "ticker = asyncio.ensure_future(tick())\nawait asyncio.sleep(0)")  # fmt: skip
+    ok(shell, "q = await r.next_question(timeout=10)")
+    ok(shell, "async def later():\n    await asyncio.sleep(0.3)\n"
+              "    await r.answer(q.id, 'formal')\nanswerer = asyncio.ensure_future(later())\n"
+              "await asyncio.sleep(0)")  # fmt: skip
+    before = len(shell.user_ns["ticks"])
+    assert ok(shell, "%iterion wait {r.id}") == "finished"  # answered by a task during the wait
+    assert len(shell.user_ns["ticks"]) - before >= 10
+    ok(shell, "ticker.cancel()")
+
+
+def test_cancel_resume_and_timeout(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    result = run(shell, "%iterion wait {r.id} --timeout 0.2")
+    assert not result.success
+    assert "still running after 0.2 s" in capsys.readouterr().err
+    assert ok(shell, "%iterion cancel {r.id}") == "cancelled"
+    resumed = ok(shell, "%iterion resume {r.id}")
+    assert isinstance(resumed, LiveRun) and resumed.id == handle.id
+    ok(shell, "await r.answer(q.id, 'formal')")
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+
+
+def test_unload_and_reload(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "%unload_ext iterion_nb")
+    result = run(shell, "%iterion runs")
+    assert not result.success
+    assert "Line magic function `%iterion` not found" in capsys.readouterr().err
+    ok(shell, "%load_ext iterion_nb")
+    # the run started before the reload is still reachable (same store, same session)
+    ok(shell, "q = await r.next_question(timeout=10)")
+    assert ok(shell, "%iterion answer {r.id} {q.id} formal")["queued"] is True
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+
+
+def test_inbox_magic_lists_pending_questions(shell: InteractiveShell) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    inbox = ok(shell, "%iterion inbox {r.id}")
+    assert [q["questions"] for q in inbox.pending] == [["Tone?"]]
+    everything = ok(shell, "%iterion inbox")
+    assert handle.id in {q["run_id"] for q in everything.pending}
+    ok(shell, "await r.answer(q.id, 'formal')")
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    inbox.close()
+    everything.close()

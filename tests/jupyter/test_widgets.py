@@ -1,0 +1,263 @@
+"""The widget models without a kernel: a message in -> an answer recorded; a store change -> state out."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import iterion_nb as it
+from iterion_nb.session import Session
+from iterion_nb.widgets import InboxWidget, RunWidget, graph_layout
+
+CLI = Path(sys.executable).parent / "iterion-nb"
+
+FLOW = """\
+schema draft:
+  text: string
+
+agent writer:
+  model: "scripted"
+  interaction: async
+  user: "Write."
+  output: draft
+
+await_answers gate:
+  from: writer
+  timeout: "5m"
+
+workflow notes:
+  entry: writer
+  writer -> gate
+  gate -> done
+"""
+
+
+def scenario(*questions: dict[str, Any]) -> dict[str, Any]:
+    calls = [{"name": "ask_user_async", "input": q} for q in questions]
+    return {"nodes": {"writer": [{"tool_calls": calls}, {"output": {"text": "a draft"}}]}}
+
+
+@pytest.fixture
+async def session(tmp_path: Path) -> AsyncIterator[Session]:
+    s = Session(tmp_path / "store")
+    yield s
+    await s.close()
+
+
+async def until(check: Callable[[], Any], timeout: float = 5.0) -> None:
+    """Wait (on the loop, as a kernel would) until ``check()`` holds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not check():
+        assert loop.time() < end, "the widget did not update in time"
+        await asyncio.sleep(0.02)
+
+
+def answerer(session: Session) -> Callable[[str, str, Any, str], Awaitable[dict[str, bool]]]:
+    async def answer(run_id: str, iid: str, value: Any, by: str) -> dict[str, bool]:
+        return await session.run(run_id).answer(iid, value, answered_by=by)
+
+    return answer
+
+
+async def started(session: Session, *questions: dict[str, Any]) -> it.RunHandle:
+    run = await session.start(it.compile(FLOW), scenario=scenario(*questions))
+    for _ in range(500):
+        if len(await run.pending_questions()) == len(questions):
+            return run
+        await asyncio.sleep(0.01)
+    raise AssertionError("questions not asked")
+
+
+async def test_inbox_shows_pending_questions_with_options(session: Session) -> None:
+    run = await started(
+        session,
+        {"question": "Tone?", "options": [{"id": "formal", "label": "Formal"}]},
+        {"question": "First feature?"},
+    )
+    inbox = InboxWidget(session.store, answerer(session), run.id)
+    await until(lambda: len(inbox.pending) == 2)
+    tone = next(q for q in inbox.pending if q["questions"] == ["Tone?"])
+    assert tone["options"] == [{"id": "formal", "label": "Formal"}]
+    assert tone["kind"] == "async" and tone["node_id"] == "writer" and tone["run_id"] == run.id
+    assert inbox.scope == f"run {run.id}"
+    inbox.close()
+
+
+@pytest.mark.parametrize("thread", ["loop", "subshell"])
+async def test_a_message_in_records_the_answer(session: Session, thread: str) -> None:
+    """Handlers run on the main loop (ipykernel 7.4) or a subshell thread (7.0-7.3)."""
+    run = await started(session, {"question": "Tone?"})
+    inbox = InboxWidget(session.store, answerer(session), run.id)
+    await until(lambda: len(inbox.pending) == 1)
+    iid = inbox.pending[0]["id"]
+    message = {"type": "answer", "run_id": run.id, "interaction_id": iid, "answer": "formal"}
+    if thread == "loop":
+        inbox._handle_custom_msg(message, [])
+    else:
+        worker = threading.Thread(target=inbox._handle_custom_msg, args=(message, []))
+        worker.start()
+        await asyncio.to_thread(worker.join)
+    await until(lambda: inbox.last_result.get("interaction_id") == iid)
+    assert inbox.last_result == {"interaction_id": iid, "queued": True, "resumed": False}
+    recorded = await session.store.get_interaction(iid)
+    assert recorded.answers == "formal" and recorded.answered_by == "notebook"
+    await until(lambda: not inbox.pending and inbox.history)
+    assert inbox.history[0]["answer"] == "formal"
+    assert await run.wait(10) == "finished"
+    inbox.close()
+
+
+async def test_a_second_answer_is_shown_as_an_error(session: Session) -> None:
+    run = await started(session, {"question": "Tone?"})
+    inbox = InboxWidget(session.store, answerer(session), run.id)
+    await until(lambda: len(inbox.pending) == 1)
+    iid = inbox.pending[0]["id"]
+    await run.answer(iid, "casual")
+    result = await inbox.submit({"run_id": run.id, "interaction_id": iid, "answer": "formal"})
+    assert "already answered" in result["error"]
+    assert inbox.last_result == result
+    junk = await inbox.submit({"interaction_id": "", "answer": "x"})
+    assert junk["error"] == "the answer names no question"
+    inbox.close()
+
+
+async def test_answers_from_another_process_move_to_history_within_a_second(
+    session: Session,
+) -> None:
+    run = await started(session, {"question": "Tone?"}, {"question": "Order?"})
+    inbox = InboxWidget(session.store, answerer(session), None)  # the whole store
+    await until(lambda: len(inbox.pending) == 2)
+    assert inbox.scope == "all runs"
+    iid = inbox.pending[0]["id"]
+    store = str(session.store.path)  # type: ignore[attr-defined]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(CLI), "runs", "answer", run.id, iid, "from the terminal", "--store", store],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loop = asyncio.get_running_loop()
+    answered_at = loop.time()
+    await until(lambda: len(inbox.pending) == 1, timeout=3)
+    assert loop.time() - answered_at < 1.0
+    assert inbox.history[0]["id"] == iid
+    assert inbox.history[0]["answer"] == "from the terminal"
+    assert inbox.history[0]["answered_by"] == "cli"
+    inbox.close()
+
+
+async def test_an_inbox_over_another_holder_sees_answers_within_a_second(tmp_path: Path) -> None:
+    """This kernel does not hold the file: no doorbell rings here, the refresh finds the change."""
+    from iterion_nb.store.remote import RemoteStore, open_store
+
+    from ..api.test_takeover import HOLDER
+
+    db = tmp_path / "held.duckdb"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db), "2"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        store = open_store(db)
+        assert isinstance(store, RemoteStore)
+
+        async def answer(run_id: str, iid: str, value: Any, by: str) -> dict[str, bool]:
+            result = await store.answer(iid, value, answered_by=by)
+            return {"queued": result.message is not None, "resumed": False}
+
+        inbox = InboxWidget(store, answer, "burst")
+        await until(lambda: len(inbox.pending) == 2)
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [str(CLI), "runs", "answer", "burst", "q1", "yes", "--store", str(db)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        start = asyncio.get_running_loop().time()
+        await until(lambda: [q["id"] for q in inbox.pending] == ["q0"], timeout=3)
+        assert asyncio.get_running_loop().time() - start < 1.0
+        assert inbox.history[0]["id"] == "q1" and inbox.history[0]["answer"] == "yes"
+        # and a click in this inbox answers through the holder
+        result = await inbox.submit({"run_id": "burst", "interaction_id": "q0", "answer": "no"})
+        assert result == {"interaction_id": "q0", "queued": True, "resumed": False}
+        assert not inbox.pending
+        inbox.close()
+        await store.close()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+async def test_agent_text_travels_as_plain_text(session: Session) -> None:
+    evil = "<script>alert('x')</script> <b>bold?</b>"
+    run = await started(session, {"question": evil, "options": [{"id": "a", "label": evil}]})
+    inbox = InboxWidget(session.store, answerer(session), run.id)
+    await until(lambda: len(inbox.pending) == 1)
+    assert inbox.pending[0]["questions"] == [evil]  # unchanged: the front-end sets textContent
+    assert inbox.pending[0]["options"][0]["label"] == evil
+    inbox.close()
+
+
+async def test_run_widget_follows_a_run_to_its_end(session: Session) -> None:
+    run = await started(session, {"question": "Tone?"})
+    widget = RunWidget(session.store, run.id)  # no workflow given: read from the run
+    await until(lambda: widget.states.get("writer") == "done" and widget.status == "running")
+    assert widget.workflow == "notes"
+    assert [n["id"] for n in widget.graph["nodes"]] == ["writer", "gate"]
+    assert widget.states.get("gate") == "running"  # waiting at the sync point
+    assert [q["questions"] for q in widget.questions] == [["Tone?"]]
+    (question,) = await run.pending_questions()
+    await run.answer(question.id, "formal")
+    await until(lambda: widget.status == "finished")
+    assert widget.states == {"writer": "done", "gate": "done"}
+    assert widget.progress["done"] == 2 and widget.progress["total"] == 2
+    assert widget.questions[0]["answer"] == "formal"
+    types = [e["type"] for e in widget.events]
+    assert "node_finished" in types and types[-1] == "run_finished"
+    assert not widget.live.following  # a finished run is no longer polled
+    widget.close()
+
+
+async def test_run_widget_shows_a_parked_node_and_a_failure(session: Session) -> None:
+    flow = FLOW.replace("interaction: async", "interaction: human")
+    sc = {"nodes": {"writer": [
+        {"tool_calls": [{"name": "ask_user", "input": {"question": "Go?"}}]},
+    ]}}  # fmt: skip
+    run = await session.start(it.compile(flow), scenario=sc)
+    widget = RunWidget(session.store, run.id, it.compile(flow))
+    await until(lambda: widget.status == "paused_waiting_human")
+    await until(lambda: widget.states.get("writer") == "parked")
+    widget.show_failure("Traceback: boom")
+    assert widget.error == "Traceback: boom"
+    await widget.refresh()
+    assert widget.error == "Traceback: boom"  # kept across refreshes
+    widget.close()
+
+
+def test_graph_layout_places_nodes_by_depth_and_marks_loop_edges() -> None:
+    source = (Path(__file__).parents[2] / "examples" / "fanout_retry.iter").read_text()
+    layout = graph_layout(it.compile(source))
+    x = {n["id"]: n["x"] for n in layout["nodes"]}
+    assert x["writer"] < x["reviews"] < x["accuracy"] == x["style"]
+    backs = [(e["src"], e["dst"]) for e in layout["edges"] if e["back"]]
+    assert backs and all(x[dst] <= x[src] for src, dst in backs)
+    assert any("loop" in e["label"] for e in layout["edges"])
+
+
+def test_shipped_front_end_is_built_from_js() -> None:
+    root = Path(__file__).parents[2]
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        import build_js
+    finally:
+        sys.path.pop(0)
+    for path, text in build_js.built().items():
+        assert path.read_text() == text, f"{path.name} is stale: run python scripts/build_js.py"
