@@ -1,4 +1,4 @@
-"""The magics through a real IPython shell: define, run, answer, wait, and every mistake in one line."""
+"""The magics through a real IPython shell: define, run, answer, wait; mistakes in one line."""
 
 from __future__ import annotations
 

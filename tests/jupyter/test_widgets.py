@@ -1,4 +1,4 @@
-"""The widget models without a kernel: a message in -> an answer recorded; a store change -> state out."""
+"""Widget models without a kernel: a message in -> an answer recorded; a store change -> state."""
 
 from __future__ import annotations
 
