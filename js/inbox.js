@@ -63,7 +63,7 @@ function answeredCard(q) {
     h("div", { class: "meta" },
       `${q.kind === "async" ? "async" : "blocking"} · run ${q.run_id} · node ${q.node_id} · answered by ${q.answered_by ?? "?"} at ${q.answered_at ?? "?"}`),
     ...q.questions.map((text) => h("div", { class: "question" }, text)),
-    h("div", { class: "answer" }, "→ ", show(q.answer)));
+    h("div", { class: "answer" }, "→ ", show(q.answers)));
 }
 
 function render({ model, el }) {

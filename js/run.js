@@ -86,14 +86,14 @@ function render({ model, el }) {
     if (questions.length) {
       const table = h("table", { class: "questions" });
       for (const q of questions) {
-        const answer = q.answered_at ? `→ ${typeof q.answer === "string" ? q.answer : JSON.stringify(q.answer)} (${q.answered_by})` : "pending";
+        const answer = q.answered_at ? `→ ${typeof q.answers === "string" ? q.answers : JSON.stringify(q.answers)} (${q.answered_by})` : "pending";
         table.append(h("tr", {}, h("td", { class: "meta" }, `${q.kind} · ${q.node_id}`), h("td", {}, q.questions.join(" / ")), h("td", {}, answer)));
       }
       root.append(h("div", {}, h("b", {}, "Questions")), table);
     }
     const events = h("table", { class: "events" });
     for (const e of model.get("events")) {
-      events.append(h("tr", {}, h("td", { class: "meta" }, String(e.seq)), h("td", {}, e.type), h("td", {}, e.node), h("td", { class: "meta" }, e.summary)));
+      events.append(h("tr", {}, h("td", { class: "meta" }, String(e.seq)), h("td", {}, e.type), h("td", {}, e.node_id ?? ""), h("td", { class: "meta" }, e.summary)));
     }
     root.append(h("details", {}, h("summary", {}, "Recent events"), events));
   };

@@ -33,4 +33,6 @@ def test_readme_commands_exist() -> None:
     for script in ("scripts/quickstart.sh", "scripts/test.sh"):
         assert f"bash {script}" in readme
         assert (ROOT / script).exists()
-    assert (ROOT / ".ci" / "run").read_text().strip().endswith("bash scripts/test.sh")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/test.sh\n" in ci  # CI runs the README's test command
+    assert "bash scripts/quickstart.sh --headless" in ci  # and the main job, headless

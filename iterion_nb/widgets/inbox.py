@@ -11,7 +11,8 @@ import traitlets
 
 from iterion_nb.errors import IterionError
 from iterion_nb.runtime.ports import Store
-from iterion_nb.widgets.common import STATIC, question_json
+from iterion_nb.runtime.wire import interaction_json
+from iterion_nb.widgets.common import STATIC
 from iterion_nb.widgets.live import Live, on_loop
 
 #: ``answer(run_id, interaction_id, answer, answered_by) -> {"queued", "resumed"}``
@@ -63,17 +64,17 @@ class InboxWidget(anywidget.AnyWidget):
         if getattr(self.store, "closed", False):
             return False
         records = await self.store.pending_interactions(self.run_id)
-        pending = [question_json(q) for q in records if q.kind != "await"]
+        pending = [interaction_json(q) for q in records if q.kind != "await"]
         ids = {q["id"] for q in pending}
         gone = [iid for iid in self._known if iid not in ids]
         history = list(self.history)
         if self.run_id is not None and not self._known and not history:
             # a run's inbox starts with the run's answered questions
             answered = [q for q in await self.store.interactions(self.run_id) if not q.pending]
-            history = [question_json(q) for q in answered if q.kind != "await"][::-1]
+            history = [interaction_json(q) for q in answered if q.kind != "await"][::-1]
         for iid in gone:
             record = await self.store.get_interaction(iid)
-            history.insert(0, question_json(record))
+            history.insert(0, interaction_json(record))
         self._known = {q["id"]: q for q in pending}
         if pending != self.pending:
             self.pending = pending

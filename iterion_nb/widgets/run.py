@@ -12,7 +12,8 @@ from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event
-from iterion_nb.widgets.common import STATIC, question_json, when
+from iterion_nb.runtime.wire import event_json, interaction_json
+from iterion_nb.widgets.common import STATIC
 from iterion_nb.widgets.layout import graph_layout
 from iterion_nb.widgets.live import Live
 
@@ -124,17 +125,8 @@ class RunWidget(anywidget.AnyWidget):
             "total": total,
             "events": self._seq,
         }
-        self.events = [
-            {
-                "seq": e.seq,
-                "type": e.type,
-                "node": e.node_id or "",
-                "at": when(e.at),
-                "summary": summary(e),
-            }
-            for e in self._events[-RECENT:]
-        ]
-        self.questions = [question_json(q) for q in interactions if q.kind != "await"]
+        self.events = [{**event_json(e), "summary": summary(e)} for e in self._events[-RECENT:]]
+        self.questions = [interaction_json(q) for q in interactions if q.kind != "await"]
         self.error = self._failure or run.error or ""
         self.status = run.status
         return run.status not in SETTLED

@@ -110,7 +110,7 @@ async def test_a_message_in_records_the_answer(session: Session, thread: str) ->
     recorded = await session.store.get_interaction(iid)
     assert recorded.answers == "formal" and recorded.answered_by == "notebook"
     await until(lambda: not inbox.pending and inbox.history)
-    assert inbox.history[0]["answer"] == "formal"
+    assert inbox.history[0]["answers"] == "formal"
     assert await run.wait(10) == "finished"
     inbox.close()
 
@@ -149,7 +149,7 @@ async def test_answers_from_another_process_move_to_history_within_a_second(
     await until(lambda: len(inbox.pending) == 1, timeout=3)
     assert loop.time() - answered_at < 1.0
     assert inbox.history[0]["id"] == iid
-    assert inbox.history[0]["answer"] == "from the terminal"
+    assert inbox.history[0]["answers"] == "from the terminal"
     assert inbox.history[0]["answered_by"] == "cli"
     inbox.close()
 
@@ -184,7 +184,7 @@ async def test_an_inbox_over_another_holder_sees_answers_within_a_second(tmp_pat
         start = asyncio.get_running_loop().time()
         await until(lambda: [q["id"] for q in inbox.pending] == ["q0"], timeout=3)
         assert asyncio.get_running_loop().time() - start < 1.0
-        assert inbox.history[0]["id"] == "q1" and inbox.history[0]["answer"] == "yes"
+        assert inbox.history[0]["id"] == "q1" and inbox.history[0]["answers"] == "yes"
         # and a click in this inbox answers through the holder
         result = await inbox.submit({"run_id": "burst", "interaction_id": "q0", "answer": "no"})
         assert result == {"interaction_id": "q0", "queued": True, "resumed": False}
@@ -219,7 +219,7 @@ async def test_run_widget_follows_a_run_to_its_end(session: Session) -> None:
     await until(lambda: widget.status == "finished")
     assert widget.states == {"writer": "done", "gate": "done"}
     assert widget.progress["done"] == 2 and widget.progress["total"] == 2
-    assert widget.questions[0]["answer"] == "formal"
+    assert widget.questions[0]["answers"] == "formal"
     types = [e["type"] for e in widget.events]
     assert "node_finished" in types and types[-1] == "run_finished"
     assert not widget.live.following  # a finished run is no longer polled
@@ -261,3 +261,24 @@ def test_shipped_front_end_is_built_from_js() -> None:
         sys.path.pop(0)
     for path, text in build_js.built().items():
         assert path.read_text() == text, f"{path.name} is stale: run python scripts/build_js.py"
+
+
+async def test_a_failing_run_task_is_recorded_and_shown(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the task that drives a run is never lost: on the run, and in its widget."""
+    from iterion_nb.magics import LiveRun
+    from iterion_nb.runtime.engine import Engine
+
+    async def broken(self: Engine, resumed: bool = False) -> str:
+        raise RuntimeError("engine bug")
+
+    monkeypatch.setattr(Engine, "run", broken)
+    run = await session.start(it.compile(FLOW), scenario=scenario({"question": "Tone?"}))
+    assert await run.wait(10) == "failed_resumable"
+    assert run.error == "internal error: RuntimeError: engine bug"
+    assert [e.type for e in await run.events()][-1] == "run_failed"
+    live = LiveRun(session, run.id)
+    assert "RuntimeError: engine bug" in live.widget.error
+    assert "Traceback" in live.widget.error
+    live.widget.close()
