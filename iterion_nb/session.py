@@ -29,6 +29,8 @@ from iterion_nb.api.holder import Holder
 from iterion_nb.errors import NotFoundError, ResumeError, RunError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
+from iterion_nb.report import render, write_report
+from iterion_nb.report.build import format_for
 from iterion_nb.runtime.engine import Engine, Outcome
 from iterion_nb.runtime.ports import Backend, Store
 from iterion_nb.runtime.records import RUN_STATUSES, Event, Interaction, Run, RunStatus, utcnow
@@ -414,6 +416,23 @@ class RunHandle:
             await self.session.store.update_run(self.id, status="cancelled")
             await self.session.store.append_event(self.id, "run_cancelled", {})
         return (await self.refresh()).status
+
+    async def report(
+        self,
+        format: str | None = None,  # noqa: A002 - the word users know
+        path: str | os.PathLike[str] | None = None,
+    ) -> str:
+        """The run's report as Markdown (default) or HTML; also written to ``path`` if given.
+
+        The format follows ``path``'s suffix (``.html``) unless given. A live
+        run gets a report of its state so far, marked as such.
+        """
+        fmt = format_for(path, format)
+        await self.session.store.flush()
+        text = await render(self.session.store, self.id, fmt)
+        if path is not None:
+            write_report(text, path)
+        return text
 
     async def resume(self, **kwargs: Any) -> RunHandle:
         """Same as :meth:`Session.resume` for this run."""

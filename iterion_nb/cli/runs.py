@@ -1,4 +1,4 @@
-"""``iterion-nb run | runs … | resume | cancel``: through a live holder, or on the file.
+"""``iterion-nb run | runs … | resume | cancel | report``: through a live holder, or on the file.
 
 When another process holds the store (it publishes a holder file), commands
 go through its REST API; otherwise this process opens the DuckDB file
@@ -20,9 +20,12 @@ from typing import Any, TextIO
 from iterion_nb.api.service import event_json, interaction_json, run_json
 from iterion_nb.errors import IterionError
 from iterion_nb.ir import compile_file
+from iterion_nb.report import render, write_report
+from iterion_nb.report.build import format_for
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.store import resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
+from iterion_nb.store.remote import open_store
 
 
 class CliError(Exception):
@@ -64,6 +67,12 @@ def add_commands(sub: Any) -> None:
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id")
     _common(cancel)
+    report = sub.add_parser("report", help="a run's report, as HTML or Markdown")
+    report.add_argument("run_id")
+    report.add_argument("--format", choices=("html", "md"),
+                        help="default: from the -o file's suffix, else md")  # fmt: skip
+    report.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    report.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -171,7 +180,30 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
     return asyncio.run(_dispatch(args, out))
 
 
+async def _report(args: argparse.Namespace, out: TextIO) -> int:
+    """``report RUN``: through the holder's store route when one is live, else the file."""
+    fmt = format_for(args.output, args.format)
+    try:
+        store = open_store(args.store)
+    except IterionError as err:
+        raise CliError(str(err)) from None
+    try:
+        text = await render(store, args.run_id, fmt)
+        if args.output is None:
+            out.write(text)
+        else:
+            path = write_report(text, args.output)
+            out.write(f"wrote the {fmt} report of run {args.run_id} to {path}\n")
+    except IterionError as err:
+        raise CliError(str(err)) from None
+    finally:
+        await store.close()
+    return 0
+
+
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
+    if args.command == "report":
+        return await _report(args, out)
     holder = find_holder(resolve_store_path(args.store))
     if args.command in ("run", "resume"):
         if holder is not None:

@@ -21,11 +21,13 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import HTML, Markdown
 
 from iterion_nb.errors import IterionError, NotFoundError
 from iterion_nb.ir import analyze
 from iterion_nb.ir import model as m
 from iterion_nb.magics.display import Table, diagnostics_table
+from iterion_nb.report.build import format_for
 from iterion_nb.runtime.values import resolve_vars
 from iterion_nb.session import RunHandle, Session
 from iterion_nb.store.location import resolve_store_path
@@ -115,6 +117,10 @@ def _line_parser() -> _Parser:
     resume.add_argument("--force", action="store_true")
     for verb in ("cancel", "wait"):
         verbs.add_parser(verb, add_help=False).add_argument("run_id")
+    report = verbs.add_parser("report", add_help=False)
+    report.add_argument("run_id")
+    report.add_argument("--format", choices=("html", "md"))
+    report.add_argument("-o", "--output")
     verbs.choices["wait"].add_argument("--timeout", type=float)
     for sub in verbs.choices.values():
         sub.add_argument("--store")
@@ -123,7 +129,7 @@ def _line_parser() -> _Parser:
 
 USAGE = (
     "%iterion runs | inbox [RUN] | answer RUN IID TEXT | resume RUN | cancel RUN"
-    " | wait RUN  (each takes --store PATH)"
+    " | wait RUN | report RUN [--format html|md] [-o FILE]  (each takes --store PATH)"
 )
 
 
@@ -231,7 +237,7 @@ class IterionMagics(Magics):
         words = _split(line)
         if not words:
             raise UsageError(USAGE)
-        if words[0] not in ("runs", "inbox", "answer", "resume", "cancel", "wait"):
+        if words[0] not in ("runs", "inbox", "answer", "resume", "cancel", "wait", "report"):
             raise UsageError(f"%iterion: unknown command {words[0]!r}; {USAGE}")
         args = _line_parser().parse_args(words)
         session = self.session(args.store)
@@ -273,6 +279,14 @@ class IterionMagics(Magics):
     async def _cancel(self, session: Session, args: argparse.Namespace) -> str:
         await session.store.get_run(args.run_id)
         return await session.run(args.run_id).cancel()
+
+    async def _report(self, session: Session, args: argparse.Namespace) -> Any:
+        text = await session.run(args.run_id).report(args.format, args.output)
+        if args.output is not None:
+            return f"wrote the report of run {args.run_id} to {args.output}"
+        if format_for(None, args.format) == "html":
+            return HTML(text)  # type: ignore[no-untyped-call]
+        return Markdown(text)  # type: ignore[no-untyped-call]
 
     async def _wait(self, session: Session, args: argparse.Namespace) -> str:
         await session.store.get_run(args.run_id)

@@ -10,11 +10,11 @@ import traitlets
 from iterion_nb.errors import CompileError, NotFoundError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
+from iterion_nb.ir.layout import graph_layout
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event
 from iterion_nb.runtime.wire import event_json, interaction_json
 from iterion_nb.widgets.common import STATIC
-from iterion_nb.widgets.layout import graph_layout
 from iterion_nb.widgets.live import Live
 
 #: How many recent events the widget shows.

@@ -217,3 +217,51 @@ def test_a_script_in_a_question_is_shown_as_text(lab: dict[str, Any], browser: A
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "script_as_text.png"), full_page=True)
         page.close()
+
+
+@pytest.mark.timeout(300)
+def test_html_report_renders_its_sections_in_chromium(browser: Any, tmp_path: Path) -> None:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    import iterion_nb as it
+
+    async def make() -> Path:
+        session = it.Session(
+            tmp_path / "store", scenario=ROOT / "examples" / "async_questions.scenario.yaml"
+        )
+        try:
+            source = (ROOT / "examples" / "async_questions.iter").read_text()
+            run = await session.start(it.compile(source))
+            for answer in (EVIL, "the inbox"):
+                question = await run.next_question(timeout=10)
+                assert question is not None
+                await run.answer(question.id, answer, answered_by="ada")
+            assert await run.wait(10) == "finished"
+            await run.report(path=tmp_path / "report.html")
+        finally:
+            await session.close()
+        return tmp_path / "report.html"
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API owns this thread's loop
+        report = pool.submit(asyncio.run, make()).result()
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    try:
+        page.goto(report.as_uri())
+        headings = page.locator("section h2").all_inner_texts()
+        assert headings[:5] == ["Summary", "Workflow", "Timeline", "Outputs", "Questions"]
+        assert headings[5].startswith("Events (")
+        assert page.locator("#graph svg g.node[data-state=done]").count() == 3
+        assert page.locator("#timeline tbody tr").count() == 3
+        assert page.locator("#outputs pre.output").count() == 3
+        answers = page.locator("#questions tr.question td:nth-child(5)").all_inner_texts()
+        assert answers == [EVIL, "the inbox"]  # the script is text on the page
+        assert page.locator("script").count() == 0 and page.locator("#questions img").count() == 0
+        assert page.evaluate("window.__pwned === undefined")
+        assert requests == [report.as_uri()]  # self-contained: nothing else was fetched
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+    finally:
+        page.close()

@@ -230,3 +230,29 @@ def test_inbox_magic_lists_pending_questions(shell: InteractiveShell) -> None:
     assert ok(shell, "%iterion wait {r.id}") == "finished"
     inbox.close()
     everything.close()
+
+
+def test_report_magic(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    live = ok(shell, "%iterion report {r.id}")
+    assert "Live run" in live.data  # still running: its state so far, marked
+    ok(shell, "await r.answer(q.id, 'formal')")
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    md = ok(shell, "%iterion report {r.id}")
+    assert md.data.startswith(f"# Run {handle.id} · notes · finished")
+    html = ok(shell, "%iterion report {r.id} --format html")
+    assert '<section id="questions">' in html.data
+    shell.user_ns["target"] = str(tmp_path / "r.html")
+    said = ok(shell, "%iterion report {r.id} -o $target")
+    assert said == f"wrote the report of run {handle.id} to {tmp_path / 'r.html'}"
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    result = run(shell, "%iterion report {r.id} -o /nonexistent/dir/r.md")
+    assert not result.success
+    err = capsys.readouterr().err
+    assert "cannot write the report to /nonexistent/dir/r.md" in err and "Traceback" not in err

@@ -1,0 +1,191 @@
+"""Gathering a run's report data from a store, and rendering it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from iterion_nb.errors import CompileError, IterionError
+from iterion_nb.ir import compile_workflow
+from iterion_nb.ir import model as m
+from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.records import Event, Interaction, Run
+
+Format = Literal["html", "md"]
+FORMATS: tuple[Format, ...] = ("html", "md")
+#: Statuses of a run that may still change (its report is "so far").
+LIVE = ("running",)
+
+
+class ReportError(IterionError):
+    """A report that cannot be made or written (the message says why)."""
+
+
+@dataclass
+class Visit:
+    """One run of one node: when it started and ended, and how."""
+
+    node: str
+    started: datetime
+    ended: datetime | None = None
+    state: str = "running"
+
+
+@dataclass
+class ReportData:
+    """Everything a report shows."""
+
+    run: Run
+    workflow: m.Workflow | None
+    events: list[Event]
+    interactions: list[Interaction]
+    generated_at: datetime
+    outputs: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        """Whether the run may still change (the report is of its state so far)."""
+        return self.run.status in LIVE
+
+    @property
+    def duration_seconds(self) -> float:
+        """From creation to the last event (or the last update)."""
+        end = self.events[-1].at if self.events else self.run.updated_at
+        return max(0.0, (max(end, self.run.updated_at) - self.run.created_at).total_seconds())
+
+    def timeline(self) -> list[Visit]:
+        """Node visits in order, from ``node_started`` / ``node_finished`` / failures."""
+        visits: list[Visit] = []
+        open_: dict[tuple[str | None, str], Visit] = {}
+        for event in self.events:
+            node = event.node_id
+            if node is None:
+                continue
+            key = (event.branch_id, node)
+            if event.type == "node_started":
+                visit = Visit(node, event.at)
+                open_[key] = visit
+                visits.append(visit)
+            elif event.type in ("node_finished", "branch_finished") and key in open_:
+                visit = open_.pop(key)
+                visit.ended = event.at
+                failed = event.type == "branch_finished" and event.data.get("how") == "failed"
+                visit.state = "failed" if failed else "done"
+        pending = {q.node_id for q in self.interactions if q.pending and q.kind != "async"}
+        for visit in open_.values():
+            if visit.node in pending:
+                visit.state = "parked"
+        return visits
+
+
+async def collect(store: Store, run_id: str) -> ReportData:
+    """Read what a report needs (raises NotFoundError for an unknown run)."""
+    run = await store.get_run(run_id)
+    events = await store.events(run_id)
+    interactions = await store.interactions(run_id)
+    workflow = None
+    if run.source:
+        try:
+            workflow = compile_workflow(run.source, f"<run {run_id}>")
+        except CompileError:
+            workflow = None  # a source that no longer compiles: no picture
+    checkpoint = run.checkpoint or {}
+    return ReportData(
+        run=run,
+        workflow=workflow,
+        events=events,
+        interactions=interactions,
+        generated_at=datetime.now(UTC),
+        outputs=dict(checkpoint.get("outputs", {})),
+        usage=dict(checkpoint.get("usage", {})),
+    )
+
+
+async def render(store: Store, run_id: str, fmt: str = "md") -> str:
+    """The report of ``run_id`` as HTML or Markdown text."""
+    if fmt not in FORMATS:
+        raise ReportError(f"unknown report format '{fmt}' (one of: {', '.join(FORMATS)})")
+    data = await collect(store, run_id)
+    if fmt == "html":
+        from iterion_nb.report.html import to_html
+
+        return to_html(data)
+    from iterion_nb.report.markdown import to_markdown
+
+    return to_markdown(data)
+
+
+def format_for(path: str | os.PathLike[str] | None, fmt: str | None) -> str:
+    """The format asked for, else the one the file name says (``.html``/``.htm``), else md."""
+    if fmt:
+        return fmt
+    if path is not None and Path(path).suffix.lower() in (".html", ".htm"):
+        return "html"
+    return "md"
+
+
+def write_report(text: str, path: str | os.PathLike[str]) -> Path:
+    """Write a report; an unwritable place is a ReportError naming it and why."""
+    target = Path(path)
+    if target.is_dir():
+        raise ReportError(f"cannot write the report to {target}: it is a directory")
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise ReportError(f"cannot write the report to {target}: {err.strerror or err}") from None
+    return target
+
+
+def seconds(value: float) -> str:
+    """A duration for people: 0.42 s, 12.3 s, 4 min 05 s, 2 h 03 min."""
+    if value < 60:
+        return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+    minutes, secs = divmod(round(value), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def stamp(moment: datetime | None) -> str:
+    """A time in reports (UTC, to the second)."""
+    if moment is None:
+        return ""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def answer_text(value: Any) -> str:
+    """An answer as text (JSON for anything but a string)."""
+    import json
+
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def summary_rows(data: ReportData) -> list[tuple[str, str]]:
+    """The summary: status, times, duration, tokens, cost, error."""
+    run, usage = data.run, data.usage
+    rows = [
+        ("Run", run.id),
+        ("Workflow", run.workflow),
+        ("Status", run.status + (" (live: report of its state so far)" if data.live else "")),
+        ("Started", stamp(run.created_at)),
+        ("Last update", stamp(run.updated_at)),
+        ("Duration", seconds(data.duration_seconds)),
+        ("Tokens", str(usage.get("tokens", 0))),
+        ("Cost", f"${float(usage.get('cost_usd', 0.0)):.4f}"),
+        (
+            "Questions",
+            f"{len(data.interactions)} ({sum(q.pending for q in data.interactions)} pending)",
+        ),
+        ("Events", str(len(data.events))),
+        ("Report made", stamp(data.generated_at)),
+    ]
+    if run.error:
+        rows.append(("Error", run.error))
+    return rows

@@ -1,0 +1,163 @@
+"""Run reports: what they contain, live runs, escaping, and the mistakes around them."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+import iterion_nb as it
+from iterion_nb.errors import NotFoundError
+from iterion_nb.report import ReportError, render, write_report
+from iterion_nb.runtime.records import Interaction, Option, Run
+from iterion_nb.session import Session
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = Path(sys.executable).parent / "iterion-nb"
+EVIL = "<script>alert('x')</script>"
+
+
+@pytest.fixture
+async def session(tmp_path: Path) -> AsyncIterator[Session]:
+    s = Session(tmp_path / "store", scenario=ROOT / "examples" / "async_questions.scenario.yaml")
+    yield s
+    await s.close()
+
+
+async def finished_run(session: Session) -> it.RunHandle:
+    run = await session.start(it.compile((ROOT / "examples" / "async_questions.iter").read_text()))
+    first = await run.next_question(timeout=10)
+    assert first is not None
+    await run.answer(first.id, f"{EVIL} formal | casual", answered_by="ada")
+    second = await run.next_question(timeout=10)
+    assert second is not None
+    await run.answer(second.id, "the inbox", answered_by="cli")
+    assert await run.wait(10) == "finished"
+    return run
+
+
+async def test_markdown_report_has_every_section(session: Session) -> None:
+    run = await finished_run(session)
+    md = await run.report()
+    for heading in ("## Summary", "## Workflow", "## Timeline", "## Outputs", "## Questions",
+                    "## Events ("):  # fmt: skip
+        assert heading in md
+    assert "| Status | finished |" in md
+    assert "```mermaid\nflowchart TD" in md
+    assert "| gatherer | done |" in md and "| finalizer | done |" in md
+    assert '"title": "iterion_nb 0.1"' in md  # the finalizer's output
+    # every question: async marked, options, the answer (escaped, pipes too), who, when
+    assert (
+        "| **async** | gatherer | Should the notes be formal or casual? |"
+        " Formal (formal), Casual (casual) |" in md
+    )
+    assert "&lt;script&gt;alert('x')&lt;/script&gt; formal \\| casual | ada |" in md
+    assert "| the inbox | cli |" in md
+    assert "<script>" not in md.split("## Outputs")[0] + md.split("## Questions")[1]
+    assert "Live run" not in md
+
+
+async def test_html_report_is_self_contained_and_escaped(session: Session, tmp_path: Path) -> None:
+    run = await finished_run(session)
+    html = await run.report(path=tmp_path / "report.html")
+    assert (tmp_path / "report.html").read_text() == html
+    assert html.startswith("<!DOCTYPE html>")
+    for section in ("summary", "graph", "timeline", "outputs", "questions", "events"):
+        assert f'<section id="{section}">' in html
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    assert "http://" not in html and "https://" not in html  # nothing fetched
+    assert 'data-state="done"' in html and "<svg" in html
+    assert '<span class="async">async</span>' in html
+
+
+async def test_tokens_cost_and_durations_come_from_the_run(tmp_path: Path) -> None:
+    s = Session(tmp_path / "store")
+    try:
+        store = s.store
+        t0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+        await store.create_run(Run("r1", "w", "h", "running", t0, t0))
+        await store.append_event("r1", "node_started", {}, node_id="a")
+        question = Interaction(
+            "q1", "r1", "a", "human", ("Ship?",), t0, options=(Option("y", "Yes"),)
+        )
+        await store.add_interaction(question)
+        checkpoint = {"outputs": {"a": {"x": 1}}, "usage": {"tokens": 1234, "cost_usd": 0.0567}}
+        await store.update_run(r"r1", status="paused_waiting_human", checkpoint=checkpoint)
+        md = await render(store, "r1", "md")
+        assert "| Tokens | 1234 |" in md and "| Cost | $0.0567 |" in md
+        assert "| Questions | 1 (1 pending) |" in md
+        assert "| human | a | Ship? | Yes (y) | *pending* |" in md
+        assert "| a | parked |" in md  # waiting on its blocking question
+        assert "(the workflow's source is not available)" in md
+    finally:
+        await s.close()
+
+
+async def test_a_live_run_gets_a_report_of_its_state_so_far(session: Session) -> None:
+    run = await session.start(it.compile((ROOT / "examples" / "async_questions.iter").read_text()))
+    assert await run.next_question(timeout=10) is not None
+    md = await run.report("md")
+    html = await run.report("html")
+    assert "> **Live run.** This run is still running" in md
+    assert '<div class="live" id="live">' in html
+    assert "| gatherer |" in md
+    await run.cancel()
+
+
+async def test_unknown_run_and_unwritable_path_are_clear_errors(
+    session: Session, tmp_path: Path
+) -> None:
+    with pytest.raises(NotFoundError, match="no run 'nope'"):
+        await render(session.store, "nope", "md")
+    with pytest.raises(ReportError, match="unknown report format 'pdf'"):
+        await render(session.store, "nope", "pdf")
+    with pytest.raises(ReportError, match="it is a directory"):
+        write_report("x", tmp_path)
+    with pytest.raises(ReportError, match=r"cannot write the report to .*missing/r\.md: No such"):
+        write_report("x", tmp_path / "missing" / "r.md")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=60)
+
+
+async def test_cli_report_on_the_file_and_through_a_holder(
+    session: Session, tmp_path: Path
+) -> None:
+    run = await finished_run(session)
+    store = str(session.store.path)  # type: ignore[attr-defined]
+    # this process holds the file and serves it: the CLI goes through the holder
+    out = tmp_path / "r.html"
+    done = await asyncio.to_thread(cli, "report", run.id, "-o", str(out), "--store", store)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"wrote the html report of run {run.id} to {out}\n"
+    assert '<section id="questions">' in out.read_text()
+    await session.close()
+    # nobody holds it now: the CLI opens the file itself; Markdown to stdout
+    done = await asyncio.to_thread(cli, "report", run.id, "--store", store)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"# Run {run.id} · release_notes · finished")
+    bad = await asyncio.to_thread(cli, "report", "nope", "--store", store)
+    assert (bad.returncode, bad.stderr) == (1, "iterion-nb: no run 'nope'\n")
+    bad = await asyncio.to_thread(
+        cli, "report", run.id, "-o", str(tmp_path / "no" / "r.md"), "--store", store
+    )
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("iterion-nb: cannot write the report to ")
+    assert "Traceback" not in bad.stderr
+    bad = await asyncio.to_thread(cli, "report", run.id, "--format", "pdf", "--store", store)
+    assert bad.returncode == 2 and "invalid choice: 'pdf'" in bad.stderr
+
+
+def test_durations_read_well() -> None:
+    from iterion_nb.report.build import seconds
+
+    assert [seconds(x) for x in (0.421, 12.34, 245, 7380)] == [
+        "0.42 s", "12.3 s", "4 min 05 s", "2 h 03 min"
+    ]  # fmt: skip
