@@ -43,22 +43,22 @@ class BaseHandler(tornado.web.RequestHandler):
     """JSON in and out, bearer-token auth, one error translation."""
 
     service: RunService
-    token: str | None
+    api_token: str | None
 
     def initialize(self, service: RunService, token: str | None) -> None:
         self.service = service
-        self.token = token
+        self.api_token = token
 
     def prepare(self) -> None:
         tracker = self.settings.get("iterion_in_flight")
         if tracker is not None:
             tracker.started()
             self._tracked = tracker
-        if self.token is None:
+        if self.api_token is None:
             return
         header = self.request.headers.get("Authorization", "")
         given = header[7:] if header.startswith("Bearer ") else ""
-        if not given or not hmac.compare_digest(given, self.token):
+        if not given or not hmac.compare_digest(given, self.api_token):
             self._fail(ApiError(401, "unauthorized", "missing or wrong bearer token"))
 
     def on_finish(self) -> None:
@@ -70,8 +70,11 @@ class BaseHandler(tornado.web.RequestHandler):
     def on_connection_close(self) -> None:
         self.on_finish()
 
-    def check_xsrf_cookie(self) -> None:  # token-authenticated API, no cookies
-        return
+    def check_xsrf_cookie(self) -> None:
+        """No cookies with a bearer token (the holder); otherwise tornado's XSRF check (Jupyter)."""
+        if self.api_token is not None:
+            return
+        super().check_xsrf_cookie()
 
     def _fail(self, err: ApiError) -> None:
         self.set_status(err.status)

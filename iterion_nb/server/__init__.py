@@ -1,1 +1,27 @@
-"""Jupyter server extension entry points (the REST API behind Jupyter's auth)."""
+"""The Jupyter server extension: the REST API under ``/iterion/api/...``, behind Jupyter's auth.
+
+Enabled by ``jupyter-config/jupyter_server_config.d/iterion_nb.json``, which
+the wheel installs into ``etc/jupyter/jupyter_server_config.d``. The routes
+are the store holder's own handlers (``iterion_nb.api.handlers``), each
+mixed with jupyter_server's ``APIHandler``: requests need Jupyter's token or
+login cookie, and browser POSTs its XSRF token. Calls go to the process that
+holds the run store when one is live (so it can resume its runs), else to
+the file, which this server then holds and serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iterion_nb.server.extension import load
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "iterion_nb.server"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    load(serverapp)
+
+
+__all__ = ["load"]

@@ -1,0 +1,202 @@
+"""The Jupyter server extension, in a real Jupyter server (pytest-jupyter's fixtures).
+
+A run lives in another process (``iterion-nb run``, which holds the store);
+answers posted through the extension, with Jupyter's token, reach it.
+Unauthenticated requests are refused. The tests are synchronous and drive
+the server's loop themselves, so pytest-jupyter's fixtures stay in this module.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_jupyter.jupyter_core import *  # noqa: F403 - fixtures for this module only
+from pytest_jupyter.jupyter_server import *  # noqa: F403
+from pytest_jupyter.pytest_tornasync import *  # noqa: F403
+from tornado.httpclient import HTTPClientError
+
+from iterion_nb.store.holder_file import find_holder
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = Path(sys.executable).parent / "iterion-nb"
+
+
+@pytest.fixture
+def store_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "runs" / "iterion.duckdb"
+    monkeypatch.setenv("ITERION_NB_STORE", str(path))
+    return path
+
+
+@pytest.fixture
+def jp_server_config(store_path: Path) -> dict[str, Any]:
+    return {"ServerApp": {"jpserver_extensions": {"iterion_nb.server": True}}}
+
+
+@pytest.fixture
+def live_run(store_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """``iterion-nb run`` in another process: it holds the store and waits for answers."""
+    proc = subprocess.Popen(
+        [str(CLI), "run", str(ROOT / "examples" / "async_questions.iter"),
+         "--scenario", str(ROOT / "examples" / "async_questions.scenario.yaml"),
+         "--store", str(store_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for _ in range(300):
+        if find_holder(store_path) is not None:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        raise AssertionError("the run's process never published its holder file")
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def fetch(loop: Any, jp_fetch: Any, *parts: str, **kwargs: Any) -> Any:
+    response = loop.run_until_complete(jp_fetch("iterion", "api", *parts, **kwargs))
+    return json.loads(response.body)
+
+
+def pending(loop: Any, jp_fetch: Any, run_id: str, count: int) -> list[dict[str, Any]]:
+    for _ in range(200):
+        found = fetch(loop, jp_fetch, "runs", run_id, "interactions", "pending")["interactions"]
+        if len(found) >= count:
+            return list(found)
+        time.sleep(0.05)
+    raise AssertionError(f"{count} questions were not asked")
+
+
+def test_an_authenticated_answer_reaches_a_run_live_in_another_process(
+    jp_asyncio_loop: Any, jp_fetch: Any, live_run: subprocess.Popen[str]
+) -> None:
+    loop = jp_asyncio_loop
+    for _ in range(200):
+        runs = fetch(loop, jp_fetch, "runs")["runs"]
+        if runs:
+            break
+        time.sleep(0.05)
+    (run,) = runs
+    assert run["status"] == "running" and run["workflow"] == "release_notes"
+    questions = pending(loop, jp_fetch, run["id"], 2)
+    for question, answer in zip(questions, ("formal", "the inbox first"), strict=True):
+        body = json.dumps({"answer": answer, "answered_by": "jupyter"})
+        outcome = fetch(loop, jp_fetch, "runs", run["id"], "interactions", question["id"],
+                        "answer", method="POST", body=body)  # fmt: skip
+        assert outcome == {"queued": True, "resumed": False}
+    # the agent in the other process received the answers and finished
+    out, err = live_run.communicate(timeout=60)
+    assert live_run.returncode == 0, err
+    assert f"run {run['id']} (release_notes): finished" in out
+    # a second answer through the extension is the holder's 409, as JSON
+    with pytest.raises(HTTPClientError) as info:
+        fetch(loop, jp_fetch, "runs", run["id"], "interactions", questions[0]["id"], "answer",
+              method="POST", body=json.dumps({"answer": "casual"}))  # fmt: skip
+    assert info.value.code == 409
+    # the holder is gone now: the extension reads the file itself
+    events = fetch(loop, jp_fetch, "runs", run["id"], "events")["events"]
+    answered = [e for e in events if e["type"] == "interaction_answered"]
+    assert [e["data"]["answered_by"] for e in answered] == ["jupyter", "jupyter"]
+
+
+def test_unknown_run_is_a_json_404(jp_asyncio_loop: Any, jp_fetch: Any, store_path: Path) -> None:
+    with pytest.raises(HTTPClientError) as info:
+        fetch(jp_asyncio_loop, jp_fetch, "runs", "nosuchrun")
+    assert info.value.code == 404
+    body = json.loads(info.value.response.body)
+    assert body["code"] == "not_found" and "nosuchrun" in body["message"]
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_unauthenticated_requests_are_refused(
+    jp_asyncio_loop: Any, jp_fetch: Any, jp_base_url: str, jp_http_port: int, method: str,
+    store_path: Path,
+) -> None:  # fmt: skip
+    fetch(jp_asyncio_loop, jp_fetch, "runs")  # the server is up, and authenticated calls work
+    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}iterion/api/runs"
+    if method == "POST":
+        url += "/r1/cancel"
+    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+
+    def call() -> urllib.error.HTTPError:
+        try:
+            urllib.request.urlopen(request, timeout=10)
+        except urllib.error.HTTPError as err:
+            return err
+        raise AssertionError("an unauthenticated request was served")
+
+    err = jp_asyncio_loop.run_until_complete(jp_asyncio_loop.run_in_executor(None, call))
+    assert err.code == 403
+    body = json.loads(err.read())
+    assert body["code"] == "forbidden"
+    assert body["message"] == (
+        "not authenticated: use Jupyter's token or log in"
+        if method == "GET"
+        else "'_xsrf' argument missing from POST"  # no token, no cookie: XSRF refuses first
+    )
+
+
+def test_the_wheel_enables_the_extension() -> None:
+    config = json.loads(
+        (ROOT / "jupyter-config" / "jupyter_server_config.d" / "iterion_nb.json").read_text()
+    )
+    assert config == {"ServerApp": {"jpserver_extensions": {"iterion_nb.server": True}}}
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert (
+        '"jupyter-config/jupyter_server_config.d/iterion_nb.json" = '
+        '"etc/jupyter/jupyter_server_config.d/iterion_nb.json"'
+    ) in pyproject
+    installed = Path(sys.prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / "iterion_nb.json"
+    assert installed.is_file(), "pip install did not place the enable file"
+
+
+def test_browser_posts_need_the_xsrf_token(
+    jp_asyncio_loop: Any, jp_fetch: Any, jp_base_url: str, jp_http_port: int, jp_serverapp: Any,
+    store_path: Path,
+) -> None:  # fmt: skip
+    """Logged in with a cookie (as a browser is), a POST without Jupyter's XSRF token is refused."""
+    import http.cookiejar
+
+    fetch(jp_asyncio_loop, jp_fetch, "runs")
+    base = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+
+    def session() -> tuple[int, int, dict[str, Any]]:
+        token = jp_serverapp.identity_provider.token
+        opener.open(f"{base}login", timeout=10).read()  # the login form sets the _xsrf cookie
+        xsrf = next(c.value for c in jar if c.name == "_xsrf")
+        form = urllib.parse.urlencode({"password": token, "_xsrf": xsrf}).encode()
+        opener.open(f"{base}login", data=form, timeout=10).read()  # logged in: a user cookie
+        assert any(c.name.startswith("username-") for c in jar)
+        url = f"{base}iterion/api/runs/nosuchrun/cancel"
+        try:
+            opener.open(urllib.request.Request(url, data=b"{}", method="POST"), timeout=10)
+        except urllib.error.HTTPError as err:
+            without = err.code
+        request = urllib.request.Request(
+            url, data=b"{}", method="POST", headers={"X-XSRFToken": xsrf}
+        )
+        try:
+            opener.open(request, timeout=10)
+        except urllib.error.HTTPError as err:
+            return without, err.code, json.loads(err.read())
+        raise AssertionError("cancelling an unknown run succeeded")
+
+    without, with_xsrf, body = jp_asyncio_loop.run_until_complete(
+        jp_asyncio_loop.run_in_executor(None, session)
+    )
+    assert without == 403  # cookie alone: refused
+    assert with_xsrf == 404 and body["code"] == "not_found"  # with the XSRF token: served
