@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from iterion_nb.api.holder import Holder
+from iterion_nb.backends.router import BackendRouter
 from iterion_nb.errors import NotFoundError, ResumeError, RunError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
@@ -98,6 +99,7 @@ class Session:
         self.failures: dict[str, str] = {}
         self._final_outputs: dict[str, dict[str, Any]] = {}
         self._scenarios: dict[str, Mapping[str, Any] | str | os.PathLike[str]] = {}
+        self._backend_names: dict[str, str] = {}
         self._serve = serve
         self.holder: Holder | None = None
 
@@ -127,8 +129,12 @@ class Session:
         run_id: str | None = None,
         source: str | None = None,
         scenario: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        backend: str | None = None,
     ) -> RunHandle:
         """Start a run as a background task and return its handle at once.
+
+        ``backend`` names the backend for nodes that name none (instead of the
+        workflow's ``default_backend``), when the session uses the default backends.
 
         Raises:
             VarsError: A variable is missing, unknown or of the wrong type
@@ -149,6 +155,8 @@ class Session:
         )
         self.serve()
         await self.store.create_run(run)
+        if backend is not None:
+            self._backend_names[run.id] = backend
         state = RunState(vars=values)
         state.frontier["b0"] = Frontier("b0", wf.entry, {})
         self._launch(wf, run.id, state, resumed=False, scenario=scenario)
@@ -210,6 +218,8 @@ class Session:
         if scenario is not None:
             self._scenarios[run_id] = scenario
         backend = _claw(scenario) if scenario is not None else self.backend
+        if isinstance(backend, BackendRouter):
+            backend = backend.with_default(self._backend_names.get(run_id) or wf.default_backend)
         engine = Engine(
             wf, self.store, backend, run_id, state,
             workdir=self.workdir, poll_interval=self.poll_interval,
@@ -496,11 +506,14 @@ class SessionService:
 
 
 def _claw(scenario: Mapping[str, Any] | str | os.PathLike[str] | None) -> Backend:
+    """The default backends: the in-process loop (``claw``) and Claude Code, by node."""
+    from iterion_nb.backends.claude_code import ClaudeCodeBackend
     from iterion_nb.backends.claw import ClawBackend
     from iterion_nb.backends.providers import ProviderResolver
 
     source = os.fspath(scenario) if isinstance(scenario, os.PathLike) else scenario
-    return ClawBackend(ProviderResolver(source))
+    claw = ClawBackend(ProviderResolver(source))
+    return BackendRouter({"claw": claw, "claude_code": ClaudeCodeBackend()})
 
 
 def _workflow(workflow: m.Workflow | str, source: str | None) -> tuple[m.Workflow, str]:

@@ -37,7 +37,7 @@ from iterion_nb.widgets import InboxWidget, RunWidget
 _SESSIONS: dict[Path, Session] = {}
 #: The store the magics used last (also kept across ``%reload_ext``).
 _LAST: list[Path] = []
-BACKENDS = ("claw",)
+BACKENDS = ("claw", "claude_code")
 _CALL = re.compile(r"(?<!await )(get_ipython\(\)\.run_(?:line|cell)_magic\('iterion',)")
 
 
@@ -94,7 +94,7 @@ def _cell_parser() -> _Parser:
     p.add_argument("--run", action="store_true", help="start a run in the background")
     p.add_argument("--var", action="append", default=[], metavar="K=V")
     p.add_argument("--scenario", metavar="EXPR", help="a scenario dict or file path (Python)")
-    p.add_argument("--backend", default="claw", help=f"one of {', '.join(BACKENDS)}")
+    p.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: the workflow's)")
     p.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
     return p
 
@@ -191,7 +191,7 @@ class IterionMagics(Magics):
     def iterion_cell(self, line: str, cell: str) -> Any:
         """``%%iterion [NAME] [--run] [--var k=v] [--scenario EXPR] [--backend B] [--store P]``."""
         args = _cell_parser().parse_args(_split(line))
-        if args.backend not in BACKENDS:
+        if args.backend is not None and args.backend not in BACKENDS:
             raise UsageError(
                 f"%%iterion: unknown backend {args.backend!r} (known: {', '.join(BACKENDS)})"
             )
@@ -225,7 +225,9 @@ class IterionMagics(Magics):
         run_id = uuid.uuid4().hex[:12]
 
         async def start() -> LiveRun:
-            await session.start(wf, values, run_id=run_id, source=cell, scenario=scenario)
+            await session.start(
+                wf, values, run_id=run_id, source=cell, scenario=scenario, backend=args.backend
+            )
             return LiveRun(session, run_id, wf)
 
         return self._awaitable(start())

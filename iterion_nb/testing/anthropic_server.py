@@ -105,7 +105,16 @@ class ScenarioServer:
         with self._lock:
             if self._failures.should_fail(node, visit, index, turn):
                 raise _Overloaded
-        return response_for(turn, node, visit, index)
+        reply = response_for(turn, node, visit, index)
+        offered = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+        for block in reply.content:
+            # a client that serves tools over MCP (the claude CLI) offers ours as
+            # mcp__<server>__<name>: a scenario names them plainly, for every backend
+            if block.get("type") == "tool_use" and block["name"] not in offered:
+                served = sorted(n for n in offered if n and n.endswith("__" + block["name"]))
+                if served:
+                    block["name"] = served[0]
+        return reply
 
 
 class _Handler(BaseHTTPRequestHandler):
