@@ -11,12 +11,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.service import event_json, interaction_json, run_json
 from iterion_nb.errors import IterionError
 from iterion_nb.ir import compile_file
@@ -82,35 +81,17 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 # -- clients ---------------------------------------------------------------------
 class HttpClient:
-    """Talks to the holder's REST API."""
+    """Talks to the holder's REST API; an error response becomes a CliError with its message."""
 
     def __init__(self, holder: HolderInfo) -> None:
-        self.holder = holder
+        self._client = HolderClient(holder)
 
     async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One request; an error response becomes a CliError with its message."""
-        return await asyncio.to_thread(self._call, method, path, body)
-
-    def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self.holder.url + path, data=data, method=method,
-            headers={"Authorization": f"Bearer {self.holder.token}",
-                     "Content-Type": "application/json"},
-        )  # fmt: skip
+        """One request."""
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as err:
-            try:
-                message = json.loads(err.read()).get("message", err.reason)
-            except (ValueError, AttributeError):
-                message = err.reason
-            raise CliError(str(message), 1) from None
-        except urllib.error.URLError as err:
-            raise CliError(
-                f"cannot reach the store holder at {self.holder.url}: {err.reason}"
-            ) from None
+            return await self._client.call(method, path, body)
+        except HolderCallError as err:
+            raise CliError(str(err), 1) from None
 
 
 def _session(store: str | None, *, serve: bool, scenario: str | None = None) -> Session:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import urllib.error
-import urllib.request
 from typing import Any
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
+from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.handlers import ApiError, routes
 from iterion_nb.api.holder import StoreService, open_served_store
 from iterion_nb.runtime.ports import Store
@@ -83,25 +81,10 @@ class HolderOrFileService:
         return find_holder(self.path)
 
     async def _forward(self, holder: HolderInfo, path: str, body: dict[str, Any]) -> Any:
-        def call() -> Any:
-            request = urllib.request.Request(
-                holder.url + path, data=json.dumps(body).encode(), method="POST",
-                headers={"Authorization": f"Bearer {holder.token}",
-                         "Content-Type": "application/json"},
-            )  # fmt: skip
-            try:
-                with urllib.request.urlopen(request, timeout=60) as response:
-                    return json.loads(response.read() or b"{}")
-            except urllib.error.HTTPError as err:
-                try:
-                    data = json.loads(err.read() or b"{}")
-                except ValueError:
-                    data = {}
-                raise ApiError(
-                    err.code, data.get("code", "holder_error"), data.get("message", err.reason)
-                ) from None
-
-        return await asyncio.to_thread(call)
+        try:
+            return await HolderClient(holder).call("POST", path, body)
+        except HolderCallError as err:
+            raise ApiError(err.status or 502, err.code, str(err)) from None
 
     async def list_runs(self, status: str | None, limit: int) -> list[Any]:
         """Runs, newest first."""
