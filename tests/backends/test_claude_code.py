@@ -3,8 +3,11 @@ through the real CLI too): routing by ``backend:``, and a CLI that is missing, t
 
 from __future__ import annotations
 
+import asyncio
+import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,3 +108,49 @@ async def test_a_cli_that_exits_early_fails_the_node_resumably(tmp_path: Path) -
     error = await failing(tmp_path, ClaudeCodeBackend(cli_path=cli))
     assert "node 'reviewer'" in error
     assert "the claude CLI failed" in error
+
+
+async def run_example(tmp_path: Path, backend: str) -> tuple[list[str], list[tuple[Any, ...]], Any]:
+    """examples/async_questions.iter on one backend; answers given once the gate waits.
+
+    (Answering at a fixed point of the run keeps timing out of the comparison:
+    an answer that lands between two tool calls is delivered there, by design.)
+    """
+    root = Path(__file__).resolve().parents[2]
+    source = (root / "examples" / "async_questions.iter").read_text()
+    scenario = root / "examples" / "async_questions.scenario.yaml"
+    session = Session(MemoryStore(), scenario=scenario, workdir=tmp_path)
+    try:
+        run = await session.start(it.compile(source), backend=backend)
+        for _ in range(3000):
+            if "gatherer" in run.outputs:
+                break
+            await asyncio.sleep(0.01)
+        questions = await run.pending_questions()
+        assert len(questions) == 2
+        for question, answer in zip(questions, ("formal", "the inbox"), strict=True):
+            await run.answer(question.id, answer)
+        assert await run.wait(60) == "finished", run.error
+        events = [e.type for e in await run.events()]
+        asked = [(q.id, q.kind, q.node_id, q.questions, q.answers)
+                 for q in await session.store.interactions(run.id)]  # fmt: skip
+        outputs = json.loads(json.dumps(run.outputs).replace(run.id, "RUN"))
+        return events, [(i.split("-", 1)[1], *rest) for i, *rest in asked], outputs
+    finally:
+        await session.close()
+
+
+async def test_the_example_is_identical_on_both_backends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same scenario, same answers: same events, same questions, same outputs."""
+    root = Path(__file__).resolve().parents[2]
+    with ScenarioServer(root / "examples" / "async_questions.scenario.yaml") as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-key")
+        monkeypatch.setenv("HOME", str(tmp_path))
+        claw = await run_example(tmp_path, "claw")
+        claude = await run_example(tmp_path, "claude_code")
+    assert claude[2] == claw[2]  # outputs
+    assert claude[1] == claw[1]  # questions: ids (past the run id), kinds, nodes, texts, answers
+    assert claude[0] == claw[0]  # the event log, type by type

@@ -358,3 +358,20 @@ async def test_tool_max_steps_is_honoured(harness_factory: Any) -> None:
     run = await h.start(flow)
     assert await run.wait(10) == "failed_resumable"
     assert "used more than tool_max_steps (1)" in (run.error or "")
+
+
+async def test_a_blocking_call_beside_another_still_pauses(harness_factory: Any) -> None:
+    """Parallel calls: the other one runs, the run pauses on ask_user, the answer resumes it."""
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [ask("Tone?"), {"name": "ask_user", "input": {"question": "Go?"}}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow(tools="[]"))
+    assert await run.wait(30) == "paused_waiting_human"
+    pending = {q.kind: q for q in await run.pending_questions()}
+    assert sorted(pending) == ["ask_user", "async"]
+    assert await run.answer(pending["ask_user"].id, "yes") == {"queued": False, "resumed": True}
+    assert await run.wait(30) == "finished", run.error
+    text = h.last_user_text("writer", 1)
+    assert "question posted" in text and "yes" in text  # both calls' results, one turn later
+    assert len(h.turns("writer")) == 2
