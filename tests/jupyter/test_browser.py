@@ -99,6 +99,9 @@ def write_evil_notebook(path: Path) -> None:
         flow,
         "run = _\nawait run.next_question(timeout=30)\nNone",
         "%iterion inbox {run.id}",
+        "question = await run.next_question(timeout=5)\nawait run.answer(question.id, 'ok')",
+        "%iterion wait {run.id}",
+        "%iterion report {run.id}",
     ]
     notebook = {
         "cells": [
@@ -134,15 +137,15 @@ def open_notebook(page: Any, lab: dict[str, Any], name: str) -> None:
     )
 
 
-def run_cells(page: Any, count: int) -> None:
-    """Run the first ``count`` cells in order, as a person would: select, Shift+Enter, watch.
+def run_cells(page: Any, count: int, start: int = 0) -> None:
+    """Run cells ``start`` to ``count - 1`` in order, as a person would: select, Shift+Enter, watch.
 
     A code cell counts as run when its prompt shows an execution count. The
     first execution can be dropped while the page is still connecting to the
     kernel, so a cell still showing ``[ ]`` after a few seconds is run again.
     """
     cells = page.locator(f"{NOTEBOOK} .jp-Cell")
-    for k in range(count):
+    for k in range(start, count):
         cell = cells.nth(k)
         if "jp-CodeCell" not in (cell.get_attribute("class") or ""):
             continue
@@ -212,6 +215,21 @@ def test_a_script_in_a_question_is_shown_as_text(lab: dict[str, Any], browser: A
         assert page.locator(".iterion-inbox button.option").first.inner_text() == EVIL
         assert page.locator(".iterion-inbox script").count() == 0
         assert page.locator(".iterion-inbox img").count() == 0
+        assert page.evaluate("window.__pwned === undefined")
+        # the Markdown report renders in JupyterLab, the question still as text
+        run_cells(page, 7, start=4)
+        report = page.locator(".jp-RenderedMarkdown").filter(has_text="Summary").first
+        report.wait_for(timeout=60_000)
+        assert report.locator("h1").inner_text().startswith("Run ")
+        assert report.locator("h1").inner_text().endswith("· evil · finished")
+        headings = report.locator("h2").all_inner_texts()
+        assert headings[:5] == ["Summary", "Workflow", "Timeline", "Outputs", "Questions"]
+        assert report.locator("table").count() >= 4
+        assert EVIL in report.locator("table").nth(3).inner_text()
+        # the only image is the Mermaid graph, which JupyterLab renders as an SVG picture
+        assert report.locator("img").count() == 1
+        assert report.locator("img[src^='data:image/svg+xml']").count() == 1
+        assert report.locator("script").count() == 0 and report.locator("img[onerror]").count() == 0
         assert page.evaluate("window.__pwned === undefined")
     finally:
         ARTIFACTS.mkdir(exist_ok=True)
