@@ -134,12 +134,6 @@ class HolderOrFileService:
         result = await self._forward(holder, f"/api/runs/{run_id}/cancel", {})
         return str(result.get("status"))
 
-    async def close(self) -> None:
-        """Release the store (and the file, if this server held it)."""
-        if self._store is not None:
-            await self._store.close()
-            self._store = None
-
 
 def load(serverapp: Any) -> None:
     """Mount the API in a running Jupyter server (``ITERION_NB_STORE`` picks the store)."""
