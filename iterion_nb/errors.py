@@ -10,6 +10,7 @@ catches ``Exception`` cannot swallow a pause or a cancellation.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from iterion_nb.dsl.diagnostics import Diagnostic, Severity, render_all
 from iterion_nb.dsl.source import Source
@@ -98,6 +99,34 @@ class VarsError(RunError):
 
 class ResumeError(RunError):
     """A run that cannot be resumed (finished, still running, or its source changed)."""
+
+
+class RunOwnedError(ResumeError):
+    """The run is owned by a live process (another one, or another session of this one).
+
+    Only its owner executes it; a paused run it owns resumes there once its
+    questions are answered. Attributes name the owner.
+    """
+
+    def __init__(self, run_id: str, pid: int, host: str, since: datetime) -> None:
+        self.run_id = run_id
+        self.pid = pid
+        self.host = host
+        self.since = since
+        when = since.strftime("%Y-%m-%d %H:%M:%S UTC")
+        super().__init__(
+            f"run '{run_id}' is owned by process {pid} on host '{host}' since {when}: that"
+            " process runs it (a paused run resumes there once its questions are answered);"
+            " answer its questions, or stop that process to resume the run elsewhere"
+        )
+
+
+class LeaseLostError(ConflictError):
+    """This process no longer owns the run (its lease lapsed and another owner took it)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"this process no longer owns run '{run_id}' (its lease lapsed)")
 
 
 class NodeError(IterionError):

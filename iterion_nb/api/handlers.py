@@ -21,8 +21,10 @@ from iterion_nb.errors import (
     ConflictError,
     InvalidAnswerError,
     IterionError,
+    LeaseLostError,
     NotFoundError,
     ResumeError,
+    RunOwnedError,
 )
 
 #: Request bodies larger than this are refused (answers are at most 64 KB).
@@ -116,7 +118,14 @@ class BaseHandler(tornado.web.RequestHandler):
         except AlreadyAnsweredError as err:
             self._fail(ApiError(409, "already_answered", str(err), existing=err.existing,
                                 interaction_id=err.interaction_id))  # fmt: skip
-        except (ConflictError, ResumeError) as err:
+        except RunOwnedError as err:
+            owner = {"pid": err.pid, "host": err.host, "since": err.since.isoformat()}
+            self._fail(ApiError(409, "run_owned", str(err), run_id=err.run_id, owner=owner))
+        except LeaseLostError as err:
+            self._fail(ApiError(409, "lease_lost", str(err), run_id=err.run_id))
+        except ResumeError as err:
+            self._fail(ApiError(409, "not_resumable", str(err)))
+        except ConflictError as err:
             self._fail(ApiError(409, "conflict", str(err)))
         except InvalidAnswerError as err:
             self._fail(ApiError(422, "invalid_answer", str(err)))
@@ -222,6 +231,24 @@ class AnswerHumanHandler(BaseHandler):
         await self.guarded(act, run_id)
 
 
+class ResumeHandler(BaseHandler):
+    """``POST /api/runs/{id}/resume`` ``{"force": false}``: resume the run in the serving process.
+
+    409 ``run_owned`` (naming the owner) while another live process owns it,
+    409 ``not_resumable`` when its status does not allow it.
+    """
+
+    async def post(self, run_id: str) -> None:
+        async def act() -> None:
+            data = self.body()
+            force = data.get("force", False)
+            if not isinstance(force, bool):
+                raise ApiError(400, "bad_request", "force must be true or false")
+            self.reply({"status": await self.service.resume(run_id, force)})
+
+        await self.guarded(act, run_id)
+
+
 class CancelHandler(BaseHandler):
     """``POST /api/runs/{id}/cancel``."""
 
@@ -245,6 +272,7 @@ def routes(
         (rf"/api/runs/{seg}/interactions/pending", PendingHandler),
         (rf"/api/runs/{seg}/interactions/{seg}/answer", AnswerHandler),
         (rf"/api/runs/{seg}/answer-human", AnswerHumanHandler),
+        (rf"/api/runs/{seg}/resume", ResumeHandler),
         (rf"/api/runs/{seg}/cancel", CancelHandler),
     ]
     return [(prefix + path, handler, args) for path, handler in table]

@@ -29,8 +29,10 @@ import tornado.web
 from iterion_nb.api.handlers import MAX_BODY, routes
 from iterion_nb.api.service import RunService
 from iterion_nb.api.store_rpc import store_routes
-from iterion_nb.errors import NotFoundError, ResumeError
+from iterion_nb.errors import ResumeError, RunError
+from iterion_nb.runtime.answers import AnswerService
 from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.records import RUN_STATUSES
 from iterion_nb.store.holder_file import HolderInfo, find_holder, holder_file
 from iterion_nb.store.remote import open_store
 
@@ -191,16 +193,21 @@ __all__ = [
 class StoreService:
     """The REST routes over a bare store, for a process that holds the file but runs nothing.
 
-    (A session serves a :class:`~iterion_nb.session.SessionService` instead,
-    which can also resume runs.)
+    Answers go through the one answer path; a paused run whose answers are
+    all in resumes in its owner's process if one keeps it parked, else it
+    waits for someone to resume it (nothing runs here). (A session serves a
+    :class:`~iterion_nb.session.SessionService` instead, which can also run.)
     """
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.answers = AnswerService(store)
 
     async def list_runs(self, status: str | None, limit: int) -> list[Any]:
         """Runs, newest first."""
-        return await self.store.list_runs(status=status, limit=limit)  # type: ignore[arg-type]
+        if status is not None and status not in RUN_STATUSES:
+            raise RunError(f"unknown status '{status}' (one of {', '.join(RUN_STATUSES)})")
+        return await self.store.list_runs(status=status, limit=limit)
 
     async def get_run(self, run_id: str) -> Any:
         """One run."""
@@ -211,34 +218,35 @@ class StoreService:
         return await self.store.events(run_id, after=after)
 
     async def pending(self, run_id: str) -> list[Any]:
-        """A run's unanswered questions."""
+        """A run's unanswered questions (an ``await`` pause is not one)."""
         await self.store.get_run(run_id)
-        return await self.store.pending_interactions(run_id)
+        return [i for i in await self.store.pending_interactions(run_id) if i.kind != "await"]
 
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
     ) -> dict[str, bool]:
-        """Record an answer (nothing runs here to resume)."""
-        question = await self.store.get_interaction(interaction_id)
-        if question.run_id != run_id:
-            raise NotFoundError("interaction", interaction_id)
-        result = await self.store.answer(interaction_id, answer, answered_by=answered_by)
-        await self.store.append_event(
-            run_id, "interaction_answered",
-            {"interaction_id": interaction_id, "kind": question.kind, "answered_by": answered_by},
-            node_id=question.node_id, branch_id=question.branch_id,
-        )  # fmt: skip
-        return {"queued": result.message is not None, "resumed": False}
+        """Record an answer (a parked run resumes in its owner's process)."""
+        outcome = await self.answers.answer(run_id, interaction_id, answer, answered_by)
+        return outcome.to_dict()
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
     ) -> dict[str, bool]:
-        """Resuming needs a session; this process has none."""
-        raise ResumeError(f"run '{run_id}' cannot be resumed by this process (it runs no session)")
+        """Record the answers a paused run waits on (its owner, if any, resumes it)."""
+        outcome = await self.answers.answer_human(run_id, answers, answered_by)
+        return outcome.to_dict()
+
+    async def resume(self, run_id: str, force: bool) -> str:
+        """Resuming needs a process that runs workflows; this one runs none."""
+        await self.store.get_run(run_id)
+        raise ResumeError(
+            f"run '{run_id}' cannot be resumed by this process (it runs no workflows):"
+            f" use `iterion-nb resume {run_id}` or %iterion resume in a notebook"
+        )
 
     async def cancel(self, run_id: str) -> str:
-        """Mark a run cancelled."""
-        run = await self.store.update_run(run_id, status="cancelled")
+        """Cancel a run (one executing elsewhere is asked to stop)."""
+        run = await self.store.cancel_run(run_id)
         return run.status
 
 

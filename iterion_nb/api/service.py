@@ -48,6 +48,13 @@ class RunService(Protocol):
         """Answer what a paused run waits on and resume it."""
         ...
 
+    async def resume(self, run_id: str, force: bool) -> str:
+        """Resume a run in the serving process; returns its status.
+
+        Raises RunOwnedError while another live process owns the run.
+        """
+        ...
+
     async def cancel(self, run_id: str) -> str:
         """Cancel a run; returns its status."""
         ...

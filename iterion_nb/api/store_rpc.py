@@ -1,25 +1,36 @@
-"""``POST /api/store/{method}``: the Store port over HTTP, for other processes.
+"""``/api/store/…``: the Store port over HTTP, for other processes.
 
 Only the holder can open the DuckDB file, so another process that wants a
 Store (the CLI, another kernel) gets a :class:`RemoteStore` whose every call
-is one request to this route. The holder runs it on its own store.
+is one request to ``POST /api/store/{method}``; the holder runs it on its
+own store. ``write_batch`` applies a batch of events and checkpoints in one
+request. ``GET /api/store/rings`` streams the holder's doorbell to the
+client (one JSON line per ring), so its waiters wake at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
+
+import tornado.iostream
 
 from iterion_nb.api.handlers import ApiError, BaseHandler
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store.codec import decode, encode
+from iterion_nb.store.remote import write_batch
 
 #: The Store methods reachable over HTTP.
 METHODS = (
     "create_run", "get_run", "update_run", "list_runs", "save_checkpoint", "append_event",
     "events", "put_artifact", "get_artifact", "list_artifacts", "add_interaction",
     "get_interaction", "pending_interactions", "interactions", "answer", "queue_message",
-    "drain_messages", "flush",
+    "drain_messages", "flush", "acquire_run", "renew_leases", "settle_run", "release_runs",
+    "cancel_run", "write_batch",
 )  # fmt: skip
+#: Seconds between keep-alive lines on the rings stream.
+KEEPALIVE = 5.0
 
 
 class StoreRpcHandler(BaseHandler):
@@ -42,17 +53,79 @@ class StoreRpcHandler(BaseHandler):
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise ApiError(400, "bad_request", "args must be a list and kwargs an object")
             try:
-                result = await getattr(self.store, method)(*args, **kwargs)
-            except TypeError as err:
+                result: Any = None
+                if method == "write_batch":
+                    await write_batch(self.store, *args, **kwargs)
+                else:
+                    result = await getattr(self.store, method)(*args, **kwargs)
+            except (TypeError, ValueError) as err:
                 raise ApiError(400, "bad_request", f"{method}: {err}") from None
             self.reply({"result": encode(result)})
 
         await self.guarded(act)
 
 
+class RingsHandler(BaseHandler):
+    """``GET /api/store/rings``: one JSON line per ring of the holder's doorbell.
+
+    Not counted among the requests in flight: it lasts as long as its client,
+    and stopping the holder closes it.
+    """
+
+    store: Store
+
+    def initialize(self, service: Any, token: str | None, store: Store | None = None) -> None:
+        super().initialize(service, token)
+        assert store is not None
+        self.store = store
+
+    def prepare(self) -> None:
+        if self.api_token is None:
+            return
+        super().prepare()
+        tracker = getattr(self, "_tracked", None)
+        if tracker is not None:  # a stream is not a request to drain before stopping
+            self._tracked = None
+            tracker.finished()
+
+    async def get(self) -> None:
+        bell = getattr(self.store, "doorbell", None)
+        if bell is None:
+            raise tornado.web.HTTPError(404)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str] = asyncio.Queue()
+
+        def heard(key: str) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, key)
+
+        unsubscribe = bell.subscribe(heard)
+        self.set_header("Content-Type", "application/x-ndjson")
+        self.set_header("Cache-Control", "no-store")
+        try:
+            self.write("{}\n")
+            await self.flush()
+            while True:
+                try:
+                    keys = [await asyncio.wait_for(queue.get(), KEEPALIVE)]
+                except TimeoutError:
+                    keys = []
+                while not queue.empty():
+                    keys.append(queue.get_nowait())
+                lines = [json.dumps({"ring": k}) for k in dict.fromkeys(keys)] or ["{}"]
+                self.write("\n".join(lines) + "\n")
+                await self.flush()
+        except tornado.iostream.StreamClosedError:
+            pass
+        finally:
+            unsubscribe()
+
+
 def store_routes(
     store: Store, token: str | None, prefix: str = ""
 ) -> list[tuple[str, type[BaseHandler], dict[str, Any]]]:
-    """The store RPC route."""
+    """The store RPC route and the rings stream."""
     args = {"service": None, "token": token, "store": store}
-    return [(prefix + r"/api/store/([a-z_]+)", StoreRpcHandler, args)]
+    return [
+        (prefix + r"/api/store/rings", RingsHandler, args),
+        (prefix + r"/api/store/([a-z_]+)", StoreRpcHandler, args),
+    ]

@@ -2,8 +2,10 @@
 
 When another process holds the store (it publishes a holder file), commands
 go through its REST API; otherwise this process opens the DuckDB file
-itself. ``run`` and ``resume`` run the workflow here, in the foreground,
-serving the API meanwhile so other processes can answer its questions.
+itself. ``run`` and ``resume`` run the workflow here, in the foreground, as
+the run's owner — against the file (serving its API meanwhile, so other
+processes can answer) or, when another process holds it (a kernel, the
+Jupyter server), through that holder.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, TextIO
 
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.service import event_json, interaction_json, run_json
-from iterion_nb.errors import IterionError
+from iterion_nb.errors import IterionError, RunOwnedError
 from iterion_nb.ir import compile_file
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
@@ -25,6 +27,9 @@ from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.store import resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.remote import open_store
+
+#: Exit code when the run is owned by another live process.
+EXIT_OWNED = 3
 
 
 class CliError(Exception):
@@ -91,7 +96,7 @@ class HttpClient:
         try:
             return await self._client.call(method, path, body)
         except HolderCallError as err:
-            raise CliError(str(err), 1) from None
+            raise CliError(str(err), EXIT_OWNED if err.code == "run_owned" else 1) from None
 
 
 def _session(store: str | None, *, serve: bool, scenario: str | None = None) -> Session:
@@ -102,7 +107,8 @@ def _session(store: str | None, *, serve: bool, scenario: str | None = None) -> 
 
 
 async def _direct(args: argparse.Namespace, action: str) -> Any:
-    session = _session(args.store, serve=False)
+    # an answer may resume a paused run here: then this process serves the file meanwhile
+    session = _session(args.store, serve=action == "answer")
     service = SessionService(session)
     try:
         if action == "list":
@@ -185,19 +191,17 @@ async def _report(args: argparse.Namespace, out: TextIO) -> int:
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "report":
         return await _report(args, out)
-    holder = find_holder(resolve_store_path(args.store))
     if args.command in ("run", "resume"):
-        if holder is not None:
-            raise CliError(
-                f"the store is held by process {holder.pid}; run and resume there (or stop it)"
-            )
         return await _foreground(args, out)
+    holder = find_holder(resolve_store_path(args.store))
     action = args.verb if args.command == "runs" else "cancel"
     try:
         if holder is not None:
             result = await _remote(HttpClient(holder), args, action)
         else:
             result = await _direct(args, action)
+    except RunOwnedError as err:
+        raise CliError(str(err), EXIT_OWNED) from None
     except IterionError as err:
         raise CliError(str(err)) from None
     _print(result, action, args.json, out)
@@ -218,12 +222,14 @@ async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
             out.flush()
         status = await handle.wait()
         result = await _summary(handle)
+    except RunOwnedError as err:
+        raise CliError(str(err), EXIT_OWNED) from None
     except IterionError as err:
         raise CliError(str(err)) from None
     finally:
         await session.close()
     _print(result, "show", args.json, out)
-    return 1 if status in ("failed", "failed_resumable") else 0
+    return 1 if status in ("failed", "failed_resumable", "interrupted") else 0
 
 
 async def _summary(handle: RunHandle) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 #: Ring this key to wake every waiter, whatever run it armed on.
@@ -39,6 +40,12 @@ class Ticket:
     def rung(self) -> bool:
         """Whether the bell rang for this key since arming (or the last wait)."""
         return self._bell.count(self.key) != self._seen
+
+    def consume(self) -> bool:
+        """Whether it rang since arming (or the last wait or consume); forget those rings."""
+        count = self._bell.count(self.key)
+        rung, self._seen = count != self._seen, count
+        return rung
 
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait until a ring; True if rung, False on timeout.
@@ -89,12 +96,33 @@ class Ticket:
 
 
 class Doorbell:
-    """An in-process notifier keyed by run id."""
+    """An in-process notifier keyed by run id.
 
-    def __init__(self) -> None:
+    Listeners (see :meth:`subscribe`) hear every ring: that is how the store
+    holder pushes rings to the processes it serves. ``on_arm`` is called at
+    each arming (a remote store starts listening to its holder's rings there).
+    """
+
+    def __init__(self, on_arm: Callable[[], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._tickets: dict[str, set[Ticket]] = {}
+        self._listeners: list[Callable[[str], None]] = []
+        self.on_arm = on_arm
+
+    def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(key)`` on every ring, from the ringing thread; returns the unsubscriber.
+
+        A listener must be quick and must not raise.
+        """
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return unsubscribe
 
     def count(self, key: str) -> int:
         """How many times ``key`` has rung (rings of a run also count for ANY)."""
@@ -103,19 +131,29 @@ class Doorbell:
 
     def arm(self, key: str = ANY) -> Ticket:
         """Arm a waiter on a run id (or on :data:`ANY`) before checking the store."""
+        if self.on_arm is not None:
+            self.on_arm()
         with self._lock:
             ticket = Ticket(self, key, self._counts.get(key, 0))
             self._tickets.setdefault(key, set()).add(ticket)
         return ticket
 
     def ring(self, key: str) -> None:
-        """Wake the waiters of ``key`` and those armed on ANY. Any thread may ring."""
+        """Wake the waiters of ``key`` and those armed on ANY (ANY wakes every waiter).
+
+        Any thread may ring.
+        """
         with self._lock:
             keys = {key, ANY}
+            if key == ANY:  # something may have changed anywhere: everyone re-checks
+                keys |= set(self._counts) | set(self._tickets)
             woken: list[Ticket] = []
             for k in keys:
                 self._counts[k] = self._counts.get(k, 0) + 1
                 woken.extend(self._tickets.get(k, ()))
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(key)
         crossed = [ticket._wake() for ticket in woken]
         if any(crossed):
             # Hand the GIL over now so the woken loop runs at once, instead of

@@ -11,6 +11,14 @@ terminal (``failed``), a node error or exhausted budget
 (``failed_resumable``), a pause for a person (``paused_waiting_human``) or a
 cancel (``cancelled``). Stopping cancels the other branches; every branch's
 current node stays in the checkpoint's frontier, so resume re-runs it.
+
+Durability follows cost: the checkpoint after an agent, judge, llm router,
+tool, human or await node is committed before the branch goes on (a crash
+never re-runs such a node once it finished); after a cheap node it rides the
+store's batch. The stop is recorded in one commit with its event (status,
+checkpoint, ``run_finished``/``run_failed``/…). The engine runs under its
+owner's lease: if the lease is lost (another process took the run), it stops
+at once and writes nothing more.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iterion_nb.errors import NodeError, PauseRun
+from iterion_nb.errors import LeaseLostError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.ir.evaluate import ExpressionError, evaluate, truthy
 from iterion_nb.runtime.ports import Backend, Store
@@ -33,8 +41,17 @@ from iterion_nb.runtime.state import Frontier, Group, RunState
 
 #: Share of a budget at which ``budget_warning`` is emitted.
 WARN_AT = 0.8
+#: Node kinds whose finish is committed before the branch goes on: each cost a
+#: model call, a side effect or a person's time (an llm router counts too).
+COSTLY_KINDS = frozenset({"agent", "judge", "tool", "human", "await_answers"})
 
 Emit = Callable[[str, dict[str, Any] | None], Awaitable[None]]
+Guard = Callable[[], Awaitable[None]]
+
+
+def costly(node: m.Node) -> bool:
+    """Whether ``node``'s finish must be committed before anything after it starts."""
+    return node.kind in COSTLY_KINDS or (isinstance(node, m.RouterNode) and node.mode == "llm")
 
 
 class _Stop(Exception):  # noqa: N818 - internal: unwinds a branch after the run stopped
@@ -64,10 +81,11 @@ class NodeCtx:
 
 @dataclass
 class Outcome:
-    """How the run stopped."""
+    """How the run stopped (``lost``: the lease went to another owner; write nothing)."""
 
     status: RunStatus
     error: str | None = None
+    lost: bool = False
 
 
 class Engine:
@@ -81,11 +99,19 @@ class Engine:
         run_id: str,
         state: RunState,
         *,
+        owner: str,
         workdir: Path,
         poll_interval: float = 5.0,
+        park: bool = False,
+        guard: Guard | None = None,
     ) -> None:
         from iterion_nb.runtime.nodes import NodeRunner
 
+        #: The claimant id whose lease this engine runs under.
+        self.owner = owner
+        #: Whether a pause keeps the lease (the owner resumes the run when answered).
+        self.park = park
+        self._guard = guard
         self.wf = wf
         self.store = store
         self.backend = backend
@@ -178,10 +204,14 @@ class Engine:
         return await self._finish()
 
     def stop(self, outcome: Outcome) -> None:
-        """Stop the run (the first reason wins)."""
-        if self.outcome is None:
+        """Stop the run (the first reason wins; losing the lease overrides any)."""
+        if self.outcome is None or outcome.lost:
             self.outcome = outcome
         self._settled.set()
+
+    def lose(self) -> None:
+        """Another owner took the run: stop now and record nothing more."""
+        self.stop(Outcome("interrupted", "another process took the run over", lost=True))
 
     async def _halt_branches(self) -> None:
         tasks = [t for t in self._tasks.values() if not t.done()]
@@ -193,22 +223,29 @@ class Engine:
         outcome = self.outcome or Outcome("finished")
         state = self.state
         state.usage.elapsed_seconds = self._elapsed_before + time.monotonic() - self._started
-        emit = self.event_for(None, None)
+        self.status = outcome.status
+        if outcome.lost:
+            return outcome.status
+        event: tuple[str, dict[str, Any]]
         if outcome.status == "finished":
             state.frontier.clear()
-            await emit("run_finished", {"outputs": sorted(state.outputs)})
+            event = ("run_finished", {"outputs": sorted(state.outputs)})
         elif outcome.status == "paused_waiting_human":
-            await emit("run_paused", {"interaction_id": state.pending_interaction})
+            event = ("run_paused", {"interaction_id": state.pending_interaction})
         elif outcome.status == "cancelled":
-            await emit("run_cancelled", {})
+            event = ("run_cancelled", {})
         else:
             resumable = outcome.status == "failed_resumable"
-            await emit("run_failed", {"error": outcome.error, "resumable": resumable})
-        self.status = outcome.status
-        await self.store.update_run(
-            self.run_id, status=outcome.status, error=outcome.error, checkpoint=state.checkpoint()
-        )
-        return outcome.status
+            event = ("run_failed", {"error": outcome.error, "resumable": resumable})
+        keep = self.park and outcome.status == "paused_waiting_human"
+        try:
+            await self.store.settle_run(
+                self.run_id, self.owner, status=outcome.status, error=outcome.error,
+                checkpoint=state.checkpoint(), event=event, keep_lease=keep,
+            )  # fmt: skip
+        except LeaseLostError:
+            self.status = "interrupted"
+        return self.status
 
     async def _watch_duration(self) -> None:
         limit = self.wf.budget.max_duration_seconds
@@ -309,17 +346,20 @@ class Engine:
                 return
             if not await self._check_budget():
                 raise _Stop
+            durable = costly(node)
+            if durable:
+                await self._check_lease()
             output = await self._run_node(node, f)
             nexts = await self._select(node, output, f)
             if not nexts:
-                await self._end_branch(f, "end")
+                await self._end_branch(f, "end", durable=durable)
                 return
             if len(nexts) == 1:
                 f = nexts[0]
                 self.state.frontier[f.branch] = f
-                await self._save()
+                await self._save(durable)
                 continue
-            await self._fan_out(node, f, nexts)
+            await self._fan_out(node, f, nexts, durable=durable)
             return
 
     async def _run_node(self, node: m.Node, f: Frontier) -> Any:
@@ -340,17 +380,33 @@ class Engine:
             await emit("artifact_written", {"name": publish, "version": artifact.version})
         return output
 
-    async def _save(self) -> None:
-        await self.store.save_checkpoint(self.run_id, self.state.checkpoint())
+    async def _check_lease(self) -> None:
+        """Before a costly node: make sure this process still owns the run."""
+        if self._guard is None:
+            return
+        try:
+            await self._guard()
+        except LeaseLostError:
+            self.lose()
+            raise _Stop from None
 
-    async def _end_branch(self, f: Frontier, how: str) -> None:
+    async def _save(self, durable: bool = False) -> None:
+        """Checkpoint; ``durable`` commits it (and the events before it) before returning."""
+        try:
+            await self.store.save_checkpoint(
+                self.run_id, self.state.checkpoint(), owner=self.owner, durable=durable
+            )
+        except LeaseLostError:
+            self.lose()  # the branch stops at its next step
+
+    async def _end_branch(self, f: Frontier, how: str, *, durable: bool = False) -> None:
         self.state.frontier.pop(f.branch, None)
         if f.groups:
             await self.event_for(None, f.branch)("branch_finished", {"how": how})
             group = self.state.groups[f.groups[-1]]
             group.ended.append(f.branch)
             await self._report(group)
-        await self._save()
+        await self._save(durable)
 
     async def _branch_failed(self, f: Frontier, err: Exception) -> None:
         message = str(err) if isinstance(err, NodeError) else f"node '{f.node}': {err}"
@@ -369,7 +425,9 @@ class Engine:
         self.stop(Outcome("failed_resumable", message))
 
     # -- fan-out and join ----------------------------------------------------
-    async def _fan_out(self, node: m.Node, f: Frontier, children: list[Frontier]) -> None:
+    async def _fan_out(
+        self, node: m.Node, f: Frontier, children: list[Frontier], *, durable: bool = False
+    ) -> None:
         join = self._joins.get(node.name)
         mode = self.wf.nodes[join].await_mode if join else None
         group = Group(
@@ -383,7 +441,7 @@ class Engine:
             child.groups = [*f.groups, group.id]
             self.state.frontier[child.branch] = child
             started.append(child)
-        await self._save()
+        await self._save(durable)
         for child in started:
             await self.event_for(node.name, child.branch)(
                 "branch_started", {"group": group.id, "parent": f.branch, "node": child.node}

@@ -11,12 +11,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from iterion_nb.ir.model import Node, Schema
+from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.records import (
+    RESUMABLE,
     AnswerResult,
     Artifact,
     Event,
     Interaction,
     InteractionKind,
+    LeaseReport,
     QueuedMessage,
     Run,
     RunStatus,
@@ -32,10 +35,14 @@ class Store(Protocol):
     All methods are coroutines and may be awaited from any event loop on any
     thread. Methods that read or change status flush pending events first,
     so a reader never sees a status newer than the events that led to it.
+
+    Every run returned has its *effective* status (see
+    :func:`~iterion_nb.runtime.ownership.effective_status`): a ``running``
+    run whose owner's lease lapsed reads as ``interrupted``.
     """
 
-    async def create_run(self, run: Run) -> Run:
-        """Record a new run (committed before returning)."""
+    async def create_run(self, run: Run, *, owner: Claimant | None = None) -> Run:
+        """Record a new run, owned by ``owner`` when given (committed before returning)."""
         ...
 
     async def get_run(self, run_id: str) -> Run:
@@ -56,16 +63,81 @@ class Store(Protocol):
         ...
 
     async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
-        """Runs, newest first, optionally only those with ``status``."""
+        """Runs, newest first, optionally only those whose effective status is ``status``."""
         ...
 
-    async def save_checkpoint(self, run_id: str, checkpoint: dict[str, Any]) -> None:
-        """Record a progress checkpoint, written with the next batch of events.
+    # -- ownership -------------------------------------------------------------
+    async def acquire_run(
+        self, run_id: str, owner: Claimant, *, statuses: tuple[RunStatus, ...] = RESUMABLE
+    ) -> Run:
+        """Take the run to execute it, atomically; it becomes ``running``, owned by ``owner``.
 
-        The latest checkpoint of a run wins. Like events it may reach the file
-        a short, bounded time later; a pause or a final status is recorded
-        with :meth:`update_run`, which commits at once. The caller must not
-        change ``checkpoint`` afterwards.
+        The owner that already holds the run may take it again (to resume a
+        run it keeps parked).
+
+        Raises:
+            NotFoundError: No such run.
+            RunOwnedError: Another live owner holds it (names that owner).
+            ResumeError: Its status is not one of ``statuses``.
+        """
+        ...
+
+    async def renew_leases(self, owner: Claimant, run_ids: list[str]) -> LeaseReport:
+        """Extend ``owner``'s leases on ``run_ids``; report the ones it lost or must cancel."""
+        ...
+
+    async def settle_run(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        status: RunStatus,
+        error: str | None,
+        checkpoint: dict[str, Any],
+        event: tuple[str, dict[str, Any]] | None,
+        keep_lease: bool = False,
+    ) -> Run:
+        """Record where a run stopped: status, error, checkpoint and its event, in one commit.
+
+        The lease is released unless ``keep_lease`` (a paused run its owner
+        keeps parked, to resume it when answered).
+
+        Raises:
+            LeaseLostError: ``owner`` no longer holds the run (nothing is written).
+        """
+        ...
+
+    async def release_runs(self, owner: str, run_ids: list[str]) -> None:
+        """Give up ``owner``'s leases on ``run_ids`` (status unchanged)."""
+        ...
+
+    async def cancel_run(self, run_id: str) -> Run:
+        """Cancel a run, atomically.
+
+        A run that is executing is asked to stop (``cancel_requested``; its
+        owner stops it within a heartbeat and records ``cancelled``); a paused,
+        failed-resumable or interrupted one becomes ``cancelled`` at once, with
+        its ``run_cancelled`` event. A finished, failed or cancelled run is
+        returned unchanged.
+        """
+        ...
+
+    async def save_checkpoint(
+        self,
+        run_id: str,
+        checkpoint: dict[str, Any],
+        *,
+        owner: str | None = None,
+        durable: bool = False,
+    ) -> None:
+        """Record a progress checkpoint of the run.
+
+        The latest checkpoint of a run wins. A progress checkpoint reaches the
+        file with the next batch of events (at most the batch interval later,
+        whatever else is going on); ``durable`` commits it, with the events
+        before it, before returning. With ``owner``, a run that owner no
+        longer holds keeps its checkpoint (a durable save then raises
+        ``LeaseLostError``). The caller must not change ``checkpoint`` afterwards.
         """
         ...
 
@@ -77,8 +149,8 @@ class Store(Protocol):
         *,
         node_id: str | None = None,
         branch_id: str | None = None,
-    ) -> int:
-        """Append an event and return its ``seq``, the next of the run (1, 2, …).
+    ) -> None:
+        """Append an event; it gets the run's next ``seq`` (1, 2, …).
 
         Events are written in batches: one may reach the file a short,
         bounded time after this returns (see the implementation's docs).
@@ -128,9 +200,10 @@ class Store(Protocol):
     ) -> AnswerResult:
         """Answer a pending interaction, atomically.
 
-        Sets the answer, the time and ``answered_by`` and, for an ``async``
-        question, queues ``[Answer to question <id>] Q: "…" — A: …`` for the
-        asking node, in one transaction; then rings the doorbell.
+        In one transaction: sets the answer, the time and ``answered_by``;
+        appends the ``interaction_answered`` event; and for an ``async``
+        question queues ``[Answer to question <id>] Q: "…" — A: …`` for the
+        asking node. Then rings the doorbell.
 
         Raises:
             NotFoundError: No such interaction.

@@ -15,10 +15,22 @@ from typing import Any, Literal
 from iterion_nb.errors import InvalidAnswerError
 
 RunStatus = Literal[
-    "running", "paused_waiting_human", "finished", "failed", "failed_resumable", "cancelled"
+    "running",
+    "paused_waiting_human",
+    "finished",
+    "failed",
+    "failed_resumable",
+    "cancelled",
+    "interrupted",
 ]
 RUN_STATUSES: tuple[RunStatus, ...] = (
-    "running", "paused_waiting_human", "finished", "failed", "failed_resumable", "cancelled"
+    "running", "paused_waiting_human", "finished", "failed", "failed_resumable", "cancelled",
+    "interrupted",
+)  # fmt: skip
+#: Statuses a resume may start from. ``interrupted`` is never stored: it is how
+#: a ``running`` run reads once its owner's lease has lapsed (see ``ownership``).
+RESUMABLE: tuple[RunStatus, ...] = (
+    "paused_waiting_human", "failed_resumable", "cancelled", "interrupted"
 )  # fmt: skip
 InteractionKind = Literal["human", "ask_user", "async", "await"]
 INTERACTION_KINDS: tuple[InteractionKind, ...] = ("human", "ask_user", "async", "await")
@@ -41,8 +53,32 @@ class Option:
 
 
 @dataclass(frozen=True, slots=True)
+class Lease:
+    """Who owns a run: one process (one session in it), until ``expires_at`` unless renewed.
+
+    Attributes:
+        owner: The owning session's claimant id (unique per session).
+        pid: The owner's process id.
+        host: The owner's host name.
+        since: When this owner took the run.
+        expires_at: When the lease lapses unless the owner's heartbeat renews it.
+    """
+
+    owner: str
+    pid: int
+    host: str
+    since: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
-    """A run of a workflow."""
+    """A run of a workflow.
+
+    ``lease`` names the process that executes it (or keeps it parked, paused,
+    to resume it when answered); ``launch`` records what it was started with
+    (``backend``, ``scenario``) so another process can resume it the same way.
+    """
 
     id: str
     workflow: str
@@ -54,6 +90,9 @@ class Run:
     vars: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     checkpoint: dict[str, Any] | None = None
+    lease: Lease | None = None
+    launch: dict[str, Any] = field(default_factory=dict)
+    cancel_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +167,14 @@ class QueuedMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseReport:
+    """What renewing an owner's leases found: runs it lost, runs it must cancel."""
+
+    lost: tuple[str, ...] = ()
+    cancel: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class AnswerResult:
     """What answering recorded: the answered interaction and its queued message."""
 
@@ -146,6 +193,15 @@ def answer_message(interaction: Interaction, answer: Any) -> str:
     """The text queued for the asking node when its question is answered."""
     question = json.dumps(interaction.question, ensure_ascii=False)
     return f"[Answer to question {interaction.id}] Q: {question} — A: {answer_text(answer)}"
+
+
+def answered_event(interaction: Interaction) -> dict[str, Any]:
+    """The data of the ``interaction_answered`` event an answer records."""
+    return {
+        "interaction_id": interaction.id,
+        "kind": interaction.kind,
+        "answered_by": interaction.answered_by,
+    }
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)

@@ -14,7 +14,16 @@ def _time(moment: datetime | None) -> str | None:
 
 
 def run_json(run: Run, *, full: bool = False) -> dict[str, Any]:
-    """A run on the wire (``full`` adds vars, outputs and the error details)."""
+    """A run on the wire (``full`` adds vars, outputs and the error details).
+
+    ``owner`` names the process that executes the run, or keeps it parked
+    (paused) to resume it when answered; None when no live process does.
+    """
+    lease = run.lease
+    owner = None
+    if lease is not None:
+        owner = {"pid": lease.pid, "host": lease.host, "since": _time(lease.since),
+                 "expires_at": _time(lease.expires_at)}  # fmt: skip
     data: dict[str, Any] = {
         "id": run.id,
         "workflow": run.workflow,
@@ -22,6 +31,7 @@ def run_json(run: Run, *, full: bool = False) -> dict[str, Any]:
         "created_at": _time(run.created_at),
         "updated_at": _time(run.updated_at),
         "error": run.error,
+        "owner": owner,
     }
     if full:
         checkpoint = run.checkpoint or {}

@@ -10,12 +10,10 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from iterion_nb.api.client import HolderCallError, HolderClient
-from iterion_nb.api.handlers import ApiError, routes
+from iterion_nb.api.handlers import routes
 from iterion_nb.api.holder import StoreService, open_served_store
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store import resolve_store_path
-from iterion_nb.store.holder_file import HolderInfo, find_holder
 
 #: Where the API is mounted, under the server's base URL.
 PREFIX = "iterion"
@@ -59,80 +57,65 @@ def jupyter_routes(service: Any, base_url: str) -> list[tuple[str, type, dict[st
 class HolderOrFileService:
     """The REST API's service in a Jupyter server.
 
-    Reads go through :func:`open_served_store` (the holder's store route when a
-    process holds the file, else the file itself, which this server then serves).
-    Answers, resumes and cancels go to the holder's own REST API when one is
-    live, so the process running the run records them and resumes it; without
-    a live holder they are recorded on the file (nothing runs here to resume).
+    The store is opened on first use through :func:`open_served_store`: the
+    holder's store routes when another process holds the file, else the file
+    itself, which this server then serves to the others. Everything goes
+    through the one answer path (:class:`StoreService`): an answer that
+    completes what a paused run waits on resumes it in the process that owns
+    it. The server runs no workflows: kernels and the CLI run them, against
+    this store, whoever holds the file.
     """
 
     def __init__(self, store_path: str | None = None) -> None:
         self.path = resolve_store_path(store_path)
-        self._store: Store | None = None
+        self._service: StoreService | None = None
 
     @property
     def store(self) -> Store:
         """The store, opened on first use (so the server holds no file until asked)."""
-        if self._store is None:
-            self._store = open_served_store(self.path)
-        return self._store
+        return self._store_service.store
 
-    def _holder(self) -> HolderInfo | None:
-        return find_holder(self.path)
-
-    async def _forward(self, holder: HolderInfo, path: str, body: dict[str, Any]) -> Any:
-        try:
-            return await HolderClient(holder).call("POST", path, body)
-        except HolderCallError as err:
-            raise ApiError(err.status or 502, err.code, str(err)) from None
+    @property
+    def _store_service(self) -> StoreService:
+        if self._service is None:
+            self._service = StoreService(open_served_store(self.path))
+        return self._service
 
     async def list_runs(self, status: str | None, limit: int) -> list[Any]:
         """Runs, newest first."""
-        return await StoreService(self.store).list_runs(status, limit)
+        return await self._store_service.list_runs(status, limit)
 
     async def get_run(self, run_id: str) -> Any:
         """One run."""
-        return await self.store.get_run(run_id)
+        return await self._store_service.get_run(run_id)
 
     async def events(self, run_id: str, after: int) -> list[Any]:
         """A run's events."""
-        return await self.store.events(run_id, after=after)
+        return await self._store_service.events(run_id, after)
 
     async def pending(self, run_id: str) -> list[Any]:
         """A run's unanswered questions."""
-        return await StoreService(self.store).pending(run_id)
+        return await self._store_service.pending(run_id)
 
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
     ) -> dict[str, bool]:
-        """Answer through the holder (it may resume the run), else on the file."""
-        holder = self._holder()
-        if holder is not None:
-            path = f"/api/runs/{run_id}/interactions/{interaction_id}/answer"
-            result = await self._forward(
-                holder, path, {"answer": answer, "answered_by": answered_by}
-            )
-            return {"queued": bool(result.get("queued")), "resumed": bool(result.get("resumed"))}
-        return await StoreService(self.store).answer(run_id, interaction_id, answer, answered_by)
+        """Answer one question (its owner resumes a parked run it completes)."""
+        return await self._store_service.answer(run_id, interaction_id, answer, answered_by)
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
     ) -> dict[str, bool]:
-        """Resume a paused run: only the process that runs workflows can."""
-        holder = self._holder()
-        if holder is None:
-            return await StoreService(self.store).answer_human(run_id, answers, answered_by)
-        path = f"/api/runs/{run_id}/answer-human"
-        result = await self._forward(holder, path, {"answers": answers, "answered_by": answered_by})
-        return {"queued": bool(result.get("queued")), "resumed": bool(result.get("resumed"))}
+        """Answer what a paused run waits on."""
+        return await self._store_service.answer_human(run_id, answers, answered_by)
+
+    async def resume(self, run_id: str, force: bool) -> str:
+        """Refused: the server runs no workflows."""
+        return await self._store_service.resume(run_id, force)
 
     async def cancel(self, run_id: str) -> str:
-        """Cancel a run (the holder stops it if it runs there)."""
-        holder = self._holder()
-        if holder is None:
-            return await StoreService(self.store).cancel(run_id)
-        result = await self._forward(holder, f"/api/runs/{run_id}/cancel", {})
-        return str(result.get("status"))
+        """Cancel a run (one executing elsewhere is asked to stop)."""
+        return await self._store_service.cancel(run_id)
 
 
 def load(serverapp: Any) -> None:

@@ -6,11 +6,14 @@ from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any
 
+from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.records import (
     AnswerResult,
     Artifact,
     Event,
     Interaction,
+    Lease,
+    LeaseReport,
     Option,
     QueuedMessage,
     Run,
@@ -18,8 +21,13 @@ from iterion_nb.runtime.records import (
 
 _TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (Run, Event, Artifact, Interaction, QueuedMessage, AnswerResult, Option)
-}
+    for cls in (
+        Run, Event, Artifact, Interaction, QueuedMessage, AnswerResult, Option, Lease,
+        LeaseReport, Claimant,
+    )
+}  # fmt: skip
+#: Fields that are tuples in their records (JSON brings them back as lists).
+_TUPLES = ("questions", "options", "waits_on", "lost", "cancel")
 
 
 def encode(value: Any) -> Any:
@@ -48,9 +56,7 @@ def decode(value: Any) -> Any:
         cls = _TYPES[value["__record"]]
         kwargs = {k: decode(v) for k, v in value.items() if k != "__record"}
         for field in fields(cls):
-            if field.name in kwargs and isinstance(kwargs[field.name], list) and field.name in (
-                "questions", "options", "waits_on"
-            ):  # fmt: skip
+            if field.name in _TUPLES and isinstance(kwargs.get(field.name), list):
                 kwargs[field.name] = tuple(kwargs[field.name])
         return cls(**kwargs)
     return {k: decode(v) for k, v in value.items()}

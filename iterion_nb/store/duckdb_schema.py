@@ -75,6 +75,20 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        2,
+        # Run ownership (a lease renewed by the owner's heartbeat), a cancel
+        # request for the owner, and what the run was launched with.
+        """
+        ALTER TABLE runs ADD COLUMN owner_id VARCHAR;
+        ALTER TABLE runs ADD COLUMN owner_pid BIGINT;
+        ALTER TABLE runs ADD COLUMN owner_host VARCHAR;
+        ALTER TABLE runs ADD COLUMN owner_since TIMESTAMP;
+        ALTER TABLE runs ADD COLUMN lease_expires_at TIMESTAMP;
+        ALTER TABLE runs ADD COLUMN cancel_requested BOOLEAN DEFAULT false;
+        ALTER TABLE runs ADD COLUMN launch VARCHAR;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

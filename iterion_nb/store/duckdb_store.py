@@ -25,9 +25,9 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import duckdb
 
@@ -40,90 +40,35 @@ from iterion_nb.errors import (
     StoreLockedError,
 )
 from iterion_nb.runtime.doorbell import Doorbell
-from iterion_nb.runtime.ports import UNSET
 from iterion_nb.runtime.records import (
     AnswerResult,
     Artifact,
     Event,
     Interaction,
     InteractionKind,
-    Option,
     QueuedMessage,
-    Run,
-    RunStatus,
     answer_message,
+    answered_event,
     check_answer,
     encode_json,
     utcnow,
 )
+from iterion_nb.store.duckdb_base import SEP
+from iterion_nb.store.duckdb_rows import (
+    INTERACTION_COLUMNS,
+    MESSAGE_COLUMNS,
+    interaction_from_row,
+    message_from_row,
+    to_db,
+)
+from iterion_nb.store.duckdb_runs import RunTables
 from iterion_nb.store.duckdb_schema import APP_MARK, LATEST, MIGRATIONS
 from iterion_nb.store.location import resolve_store_path
-from iterion_nb.store.worker import DbWorker, EventBuffer
-
-T = TypeVar("T")
 
 _LOCK_PID = re.compile(r"\(PID (\d+)\)")
-_RUN_COLUMNS = (
-    "id, workflow, source_hash, status, created_at, updated_at, source, vars, error, checkpoint"
-)
-_INTERACTION_COLUMNS = (
-    "id, run_id, node_id, branch_id, kind, questions, options, allow_free_text, waits_on,"
-    " requested_at, answered_at, answers, answered_by"
-)
-_MESSAGE_COLUMNS = "id, run_id, node_id, text, created_at, delivered_at"
-
-#: Separates the fields of a buffered event row. JSON text never holds it
-#: raw (control characters are escaped) and ids are checked not to.
-_SEP = "\x1f"
-_INSERT_EVENTS = (
-    "INSERT INTO events SELECT f[1], CAST(f[2] AS BIGINT), f[3],"
-    " make_timestamp(CAST(f[4] AS BIGINT)), nullif(f[5], ''), nullif(f[6], ''), f[7]"
-    " FROM (SELECT string_split(UNNEST($1), chr(31)) AS f)"
-)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 
 _open_lock = threading.Lock()
 _open_stores: dict[Path, DuckDBStore] = {}
-
-
-def _to_db(moment: datetime) -> datetime:
-    if moment.tzinfo is not UTC:
-        moment = moment.astimezone(UTC)
-    return moment.replace(tzinfo=None)
-
-
-def _from_db(moment: datetime | None) -> datetime | None:
-    return moment.replace(tzinfo=UTC) if moment is not None else None
-
-
-def _json(text: str | None) -> Any:
-    return json.loads(text) if text is not None else None
-
-
-def _run_from_row(row: tuple[Any, ...]) -> Run:
-    return Run(
-        id=row[0], workflow=row[1], source_hash=row[2], status=row[3],
-        created_at=row[4].replace(tzinfo=UTC), updated_at=row[5].replace(tzinfo=UTC),
-        source=row[6], vars=json.loads(row[7]), error=row[8], checkpoint=_json(row[9]),
-    )  # fmt: skip
-
-
-def _interaction_from_row(row: tuple[Any, ...]) -> Interaction:
-    return Interaction(
-        id=row[0], run_id=row[1], node_id=row[2], branch_id=row[3], kind=row[4],
-        questions=tuple(json.loads(row[5])),
-        options=tuple(Option(o["id"], o["label"]) for o in json.loads(row[6])),
-        allow_free_text=row[7], waits_on=tuple(json.loads(row[8])),
-        requested_at=row[9].replace(tzinfo=UTC), answered_at=_from_db(row[10]),
-        answers=_json(row[11]), answered_by=row[12],
-    )  # fmt: skip
-
-
-def _message_from_row(row: tuple[Any, ...]) -> QueuedMessage:
-    return QueuedMessage(
-        row[0], row[1], row[2], row[3], row[4].replace(tzinfo=UTC), _from_db(row[5])
-    )
 
 
 def _check_header(path: Path) -> None:
@@ -187,7 +132,7 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             con.execute(sql)
             if version == 1:
                 con.execute("INSERT INTO iterion_meta VALUES ('app', ?)", [APP_MARK])
-            con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [version, _to_db(utcnow())])
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [version, to_db(utcnow())])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -196,10 +141,10 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 def _load_pending(con: duckdb.DuckDBPyConnection) -> list[Interaction]:
     rows = con.execute(
-        f"SELECT {_INTERACTION_COLUMNS} FROM interactions WHERE answered_at IS NULL"
+        f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE answered_at IS NULL"
         " ORDER BY requested_at, n"
     ).fetchall()
-    return [_interaction_from_row(row) for row in rows]
+    return [interaction_from_row(row) for row in rows]
 
 
 def open_duckdb_store(
@@ -254,7 +199,7 @@ def open_duckdb_store(
         return store
 
 
-class DuckDBStore:
+class DuckDBStore(RunTables):
     """A Store in one DuckDB file. Create with :func:`open_duckdb_store`."""
 
     def __init__(
@@ -267,18 +212,8 @@ class DuckDBStore:
         flush_rows: int,
         flush_interval: float,
     ) -> None:
-        self.path = path
-        self.doorbell = doorbell
-        self._con = con
-        self._clock = clock
-        self._new_id = new_id
-        self._seq_lock = threading.Lock()
-        self._next_seq: dict[str, int] = {}
-        self._known_runs: set[str] = set()
-        self._buffer = EventBuffer(flush_rows, flush_interval)
-        self._worker = DbWorker(self._buffer, self._write_events, f"iterion-db:{path.name}")
+        super().__init__(path, con, doorbell, clock, new_id, flush_rows, flush_interval)
         self._users = 1
-        self.closed = False
         self._closers: list[Callable[[], None]] = []
         # This process holds the file, so it alone adds and answers questions:
         # the pending ones are mirrored in memory (loaded at open, updated after
@@ -289,160 +224,7 @@ class DuckDBStore:
         # drain with nothing to deliver (most turns) costs no transaction.
         self._undelivered: dict[tuple[str, str], int] = {}
 
-    # -- plumbing --------------------------------------------------------
-    async def _call(self, fn: Callable[[], T]) -> T:
-        if self.closed:
-            raise StoreError(f"the run store {self.path} is closed")
-        try:
-            return await asyncio.wrap_future(self._worker.submit(fn))
-        except duckdb.Error as err:
-            raise StoreError(f"the run store {self.path} failed: {err}") from err
-
-    def _write_events(self, checkpoints: bool = True) -> None:
-        """On the worker: write buffered events in one statement, then checkpoints.
-
-        Each row travels as one string of unit-separated fields: DuckDB takes
-        one list of strings about four times faster than seven typed lists.
-        Checkpoints can be large, so only the interval flush and what reads
-        or replaces a run's record write them.
-        """
-        rows, checkpoints_due = self._buffer.take(checkpoints)
-        if rows:
-            self._con.execute(_INSERT_EVENTS, [[row[0] for row in rows]])
-        for run_id, checkpoint in checkpoints_due.items():
-            self._con.execute(
-                "UPDATE runs SET checkpoint = ? WHERE id = ?", [encode_json(checkpoint), run_id]
-            )
-
-    def _flushed(self, checkpoints: bool = True) -> None:
-        """On the worker, before a read or a decision record."""
-        if self._worker.flush_error is not None:
-            err, self._worker.flush_error = self._worker.flush_error, None
-            raise StoreError(f"writing events failed: {err}") from err
-        self._write_events(checkpoints)
-
-    def _transaction(self, body: Callable[[], T], *, checkpoints: bool = False) -> T:
-        """On the worker: flush events, then run ``body`` in one transaction."""
-        self._flushed(checkpoints)
-        self._con.execute("BEGIN TRANSACTION")
-        try:
-            result = body()
-        except BaseException:
-            self._con.execute("ROLLBACK")
-            raise
-        self._con.execute("COMMIT")
-        return result
-
-    def _require_run(self, run_id: str) -> None:
-        """NotFoundError unless the run exists (runs are never deleted: cached)."""
-        if run_id in self._known_runs:
-            return
-        if self._con.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone() is None:
-            raise NotFoundError("run", run_id)
-        self._known_runs.add(run_id)
-
-    def _fetch_run(self, run_id: str) -> Run:
-        row = self._con.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", [run_id]
-        ).fetchone()
-        if row is None:
-            raise NotFoundError("run", run_id)
-        return _run_from_row(row)
-
-    # -- runs ------------------------------------------------------------
-    async def create_run(self, run: Run) -> Run:
-        def body() -> Run:
-            exists = self._con.execute("SELECT 1 FROM runs WHERE id = ?", [run.id]).fetchone()
-            if exists:
-                raise ConflictError(f"run '{run.id}' already exists")
-            self._con.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    run.id, run.workflow, run.source_hash, run.status,
-                    _to_db(run.created_at), _to_db(run.updated_at), run.source,
-                    encode_json(run.vars), run.error,
-                    None if run.checkpoint is None else encode_json(run.checkpoint),
-                ],
-            )  # fmt: skip
-            return self._fetch_run(run.id)
-
-        created = await self._call(lambda: self._transaction(body))
-        with self._seq_lock:
-            self._next_seq[run.id] = 1
-        return created
-
-    async def get_run(self, run_id: str) -> Run:
-        def body() -> Run:
-            self._flushed()
-            return self._fetch_run(run_id)
-
-        return await self._call(body)
-
-    async def update_run(
-        self,
-        run_id: str,
-        *,
-        status: RunStatus | None = None,
-        error: str | None = UNSET,
-        checkpoint: dict[str, Any] | None = UNSET,
-        source_hash: str | None = None,
-        source: str | None = None,
-    ) -> Run:
-        sets = ["updated_at = ?"]
-        params: list[Any] = [_to_db(self._clock())]
-        for column, value in (("status", status), ("source_hash", source_hash), ("source", source)):
-            if value is not None:
-                sets.append(f"{column} = ?")
-                params.append(value)
-        if error is not UNSET:
-            sets.append("error = ?")
-            params.append(error)
-        if checkpoint is not UNSET:
-            sets.append("checkpoint = ?")
-            params.append(None if checkpoint is None else encode_json(checkpoint))
-
-        def body() -> Run:
-            self._require_run(run_id)
-            self._con.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", [*params, run_id])
-            return self._fetch_run(run_id)
-
-        return await self._call(lambda: self._transaction(body, checkpoints=True))
-
-    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
-        def body() -> list[Run]:
-            self._flushed()
-            where = "WHERE status = ?" if status else ""
-            rows = self._con.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC, id DESC"
-                " LIMIT ?",
-                [status, limit] if status else [limit],
-            ).fetchall()
-            return [_run_from_row(r) for r in rows]
-
-        return await self._call(body)
-
-    async def save_checkpoint(self, run_id: str, checkpoint: dict[str, Any]) -> None:
-        if self.closed:
-            raise StoreError(f"the run store {self.path} is closed")
-        if run_id not in self._next_seq:
-            await self._seq_for(run_id)  # checks the run exists
-        if self._buffer.add_checkpoint(run_id, checkpoint):
-            self._worker.nudge()
-
     # -- events ----------------------------------------------------------
-    async def _seq_for(self, run_id: str) -> None:
-        def body() -> int:
-            self._flushed(checkpoints=False)
-            self._require_run(run_id)
-            row = self._con.execute(
-                "SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?", [run_id]
-            ).fetchone()
-            return int(row[0]) + 1 if row else 1
-
-        first = await self._call(body)
-        with self._seq_lock:
-            self._next_seq.setdefault(run_id, first)
-
     async def append_event(
         self,
         run_id: str,
@@ -451,26 +233,20 @@ class DuckDBStore:
         *,
         node_id: str | None = None,
         branch_id: str | None = None,
-    ) -> int:
+    ) -> None:
         if self.closed:
             raise StoreError(f"the run store {self.path} is closed")
         if run_id not in self._next_seq:
+            if SEP in run_id:
+                raise StoreError("run, node and branch ids and event types cannot hold U+001F")
             await self._seq_for(run_id)
-        payload = encode_json(data or {})
-        at = self._clock()
-        micros = (at - _EPOCH) // _MICROSECOND
         with self._seq_lock:
             seq = self._next_seq[run_id]
-            line = _SEP.join(
-                (run_id, str(seq), event_type, str(micros), node_id or "", branch_id or "", payload)
-            )
-            if line.count(_SEP) != 6:
-                raise StoreError("run, node and branch ids and event types cannot hold U+001F")
+            line = self._line(run_id, seq, event_type, node_id, branch_id, data)
             self._next_seq[run_id] = seq + 1
             due = self._buffer.add((line,))
         if due:
             self._worker.nudge()
-        return seq
 
     async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         def body() -> list[Event]:
@@ -502,7 +278,7 @@ class DuckDBStore:
             version = (int(row[0]) if row else 0) + 1
             self._con.execute(
                 "INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?)",
-                [run_id, name, version, node_id, payload, _to_db(now)],
+                [run_id, name, version, node_id, payload, to_db(now)],
             )
             return Artifact(run_id, name, version, node_id, json.loads(payload), now)
 
@@ -552,14 +328,14 @@ class DuckDBStore:
             if self._con.execute("SELECT 1 FROM interactions WHERE id = ?", [i.id]).fetchone():
                 raise ConflictError(f"interaction '{i.id}' already exists")
             self._con.execute(
-                f"INSERT INTO interactions ({_INTERACTION_COLUMNS})"
+                f"INSERT INTO interactions ({INTERACTION_COLUMNS})"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     i.id, i.run_id, i.node_id, i.branch_id, i.kind,
                     encode_json(list(i.questions)),
                     encode_json([{"id": o.id, "label": o.label} for o in i.options]),
-                    i.allow_free_text, encode_json(list(i.waits_on)), _to_db(i.requested_at),
-                    None if i.answered_at is None else _to_db(i.answered_at),
+                    i.allow_free_text, encode_json(list(i.waits_on)), to_db(i.requested_at),
+                    None if i.answered_at is None else to_db(i.answered_at),
                     None if i.answered_at is None else encode_json(i.answers), i.answered_by,
                 ],
             )  # fmt: skip
@@ -578,11 +354,11 @@ class DuckDBStore:
 
     def _fetch_interaction(self, interaction_id: str) -> Interaction:
         row = self._con.execute(
-            f"SELECT {_INTERACTION_COLUMNS} FROM interactions WHERE id = ?", [interaction_id]
+            f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE id = ?", [interaction_id]
         ).fetchone()
         if row is None:
             raise NotFoundError("interaction", interaction_id)
-        return _interaction_from_row(row)
+        return interaction_from_row(row)
 
     async def get_interaction(self, interaction_id: str) -> Interaction:
         return await self._call(lambda: self._fetch_interaction(interaction_id))
@@ -610,11 +386,11 @@ class DuckDBStore:
         def body() -> list[Interaction]:
             self._require_run(run_id)
             rows = self._con.execute(
-                f"SELECT {_INTERACTION_COLUMNS} FROM interactions WHERE run_id = ?"
+                f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE run_id = ?"
                 " ORDER BY requested_at, n",
                 [run_id],
             ).fetchall()
-            return [_interaction_from_row(r) for r in rows]
+            return [interaction_from_row(r) for r in rows]
 
         return await self._call(body)
 
@@ -628,7 +404,7 @@ class DuckDBStore:
             self._con.execute(
                 "UPDATE interactions SET answered_at = ?, answers = ?, answered_by = ?"
                 " WHERE id = ? AND answered_at IS NULL",
-                [_to_db(now), payload, answered_by, interaction_id],
+                [to_db(now), payload, answered_by, interaction_id],
             )
             message = None
             if current.kind == "async":
@@ -638,6 +414,10 @@ class DuckDBStore:
             answered = replace(
                 current, answered_at=now, answers=json.loads(payload), answered_by=answered_by
             )
+            self._event_now(
+                current.run_id, "interaction_answered", answered_event(answered),
+                current.node_id, current.branch_id,
+            )  # fmt: skip
             return AnswerResult(answered, message)
 
         def job() -> AnswerResult:
@@ -672,8 +452,8 @@ class DuckDBStore:
     def _insert_message(self, run_id: str, node_id: str, text: str, now: datetime) -> QueuedMessage:
         message = QueuedMessage(self._new_id(), run_id, node_id, text, now)
         self._con.execute(
-            f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL)",
-            [message.id, run_id, node_id, text, _to_db(now)],
+            f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL)",
+            [message.id, run_id, node_id, text, to_db(now)],
         )
         return message
 
@@ -703,10 +483,10 @@ class DuckDBStore:
         def body() -> list[QueuedMessage]:
             rows = self._con.execute(
                 f"UPDATE messages SET delivered_at = ? WHERE run_id = ? AND node_id = ?"
-                f" AND delivered_at IS NULL RETURNING n, {_MESSAGE_COLUMNS}",
-                [_to_db(now), run_id, node_id],
+                f" AND delivered_at IS NULL RETURNING n, {MESSAGE_COLUMNS}",
+                [to_db(now), run_id, node_id],
             ).fetchall()
-            return [_message_from_row(r[1:]) for r in sorted(rows)]
+            return [message_from_row(r[1:]) for r in sorted(rows)]
 
         def job() -> list[QueuedMessage]:
             drained = self._transaction(body)

@@ -13,19 +13,31 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from iterion_nb.errors import AlreadyAnsweredError, ConflictError, NotFoundError
+from iterion_nb.errors import (
+    AlreadyAnsweredError,
+    ConflictError,
+    LeaseLostError,
+    NotFoundError,
+    ResumeError,
+    RunOwnedError,
+    StoreError,
+)
 from iterion_nb.runtime.doorbell import Doorbell
+from iterion_nb.runtime.ownership import Claimant, effective_status
 from iterion_nb.runtime.ports import UNSET
 from iterion_nb.runtime.records import (
+    RESUMABLE,
     AnswerResult,
     Artifact,
     Event,
     Interaction,
     InteractionKind,
+    LeaseReport,
     QueuedMessage,
     Run,
     RunStatus,
     answer_message,
+    answered_event,
     check_answer,
     encode_json,
     utcnow,
@@ -60,14 +72,21 @@ class MemoryStore:
         self._messages: list[QueuedMessage] = []
 
     # -- runs ------------------------------------------------------------
-    async def create_run(self, run: Run) -> Run:
+    async def create_run(self, run: Run, *, owner: Claimant | None = None) -> Run:
         with self._lock:
             if run.id in self._runs:
                 raise ConflictError(f"run '{run.id}' already exists")
-            stored = replace(run, vars=_copy_json(run.vars), checkpoint=_copy_json(run.checkpoint))
+            stored = replace(
+                run, vars=_copy_json(run.vars), checkpoint=_copy_json(run.checkpoint),
+                launch=_copy_json(run.launch),
+                lease=owner.lease(self._clock()) if owner is not None else run.lease,
+            )  # fmt: skip
             self._runs[run.id] = stored
             self._events[run.id] = []
-            return stored
+            return self._seen(stored)
+
+    def _seen(self, run: Run) -> Run:
+        return effective_status(run, self._clock())
 
     def _run(self, run_id: str) -> Run:
         run = self._runs.get(run_id)
@@ -77,7 +96,7 @@ class MemoryStore:
 
     async def get_run(self, run_id: str) -> Run:
         with self._lock:
-            return self._run(run_id)
+            return self._seen(self._run(run_id))
 
     async def update_run(
         self,
@@ -89,6 +108,8 @@ class MemoryStore:
         source_hash: str | None = None,
         source: str | None = None,
     ) -> Run:
+        if status == "interrupted":
+            raise StoreError("'interrupted' is not stored: a run reads so when its lease lapses")
         with self._lock:
             run = self._run(run_id)
             changes: dict[str, Any] = {"updated_at": self._clock()}
@@ -104,18 +125,126 @@ class MemoryStore:
                 changes["source"] = source
             run = replace(run, **changes)
             self._runs[run_id] = run
-        return run
+            return self._seen(run)
 
     async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
         with self._lock:
-            runs = [r for r in self._runs.values() if status is None or r.status == status]
+            runs = [self._seen(r) for r in self._runs.values()]
+        runs = [r for r in runs if status is None or r.status == status]
         runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return runs[:limit]
 
-    async def save_checkpoint(self, run_id: str, checkpoint: dict[str, Any]) -> None:
-        await self.update_run(run_id, checkpoint=checkpoint)
+    async def save_checkpoint(
+        self,
+        run_id: str,
+        checkpoint: dict[str, Any],
+        *,
+        owner: str | None = None,
+        durable: bool = False,
+    ) -> None:
+        with self._lock:
+            run = self._run(run_id)
+            if owner is not None and (run.lease is None or run.lease.owner != owner):
+                if durable:
+                    raise LeaseLostError(run_id)
+                return
+            self._runs[run_id] = replace(run, checkpoint=_copy_json(checkpoint))
+
+    # -- ownership ---------------------------------------------------------
+    async def acquire_run(
+        self, run_id: str, owner: Claimant, *, statuses: tuple[RunStatus, ...] = RESUMABLE
+    ) -> Run:
+        with self._lock:
+            now = self._clock()
+            run = effective_status(self._run(run_id), now)
+            held = run.lease
+            if held is not None and held.owner != owner.id:
+                raise RunOwnedError(run_id, held.pid, held.host, held.since)
+            if run.status not in statuses:
+                raise ResumeError(f"run '{run_id}' is {run.status} and cannot be resumed")
+            lease = owner.lease(now, held.since if held is not None else None)
+            taken = replace(
+                self._runs[run_id], status="running", error=None, cancel_requested=False,
+                updated_at=now, lease=lease,
+            )  # fmt: skip
+            self._runs[run_id] = taken
+            return self._seen(taken)
+
+    async def renew_leases(self, owner: Claimant, run_ids: list[str]) -> LeaseReport:
+        lost, cancel = [], []
+        with self._lock:
+            now = self._clock()
+            for run_id in run_ids:
+                run = self._runs.get(run_id)
+                if run is None or run.lease is None or run.lease.owner != owner.id:
+                    lost.append(run_id)
+                    continue
+                self._runs[run_id] = replace(run, lease=owner.lease(now, run.lease.since))
+                if run.cancel_requested:
+                    cancel.append(run_id)
+        return LeaseReport(tuple(lost), tuple(cancel))
+
+    async def settle_run(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        status: RunStatus,
+        error: str | None,
+        checkpoint: dict[str, Any],
+        event: tuple[str, dict[str, Any]] | None,
+        keep_lease: bool = False,
+    ) -> Run:
+        with self._lock:
+            run = self._run(run_id)
+            if run.lease is None or run.lease.owner != owner:
+                raise LeaseLostError(run_id)
+            settled = replace(
+                run, status=status, error=error, checkpoint=_copy_json(checkpoint),
+                updated_at=self._clock(), cancel_requested=False,
+                lease=run.lease if keep_lease else None,
+            )  # fmt: skip
+            self._runs[run_id] = settled
+            if event is not None:
+                self._append(run_id, event[0], event[1], None, None)
+            return self._seen(settled)
+
+    async def release_runs(self, owner: str, run_ids: list[str]) -> None:
+        with self._lock:
+            for run_id in run_ids:
+                run = self._runs.get(run_id)
+                if run is not None and run.lease is not None and run.lease.owner == owner:
+                    self._runs[run_id] = replace(run, lease=None)
+
+    async def cancel_run(self, run_id: str) -> Run:
+        with self._lock:
+            run = self._seen(self._run(run_id))
+            stored = self._runs[run_id]
+            if run.status == "running":
+                stored = replace(stored, cancel_requested=True)
+            elif run.status in RESUMABLE and run.status != "cancelled":
+                stored = replace(
+                    stored, status="cancelled", cancel_requested=False, lease=None,
+                    updated_at=self._clock(),
+                )  # fmt: skip
+                self._append(run_id, "run_cancelled", {}, None, None)
+            self._runs[run_id] = stored
+            result = self._seen(stored)
+        self.doorbell.ring(run_id)
+        return result
 
     # -- events ----------------------------------------------------------
+    def _append(
+        self, run_id: str, event_type: str, data: dict[str, Any] | None,
+        node_id: str | None, branch_id: str | None,
+    ) -> None:  # fmt: skip
+        """Under the lock: append one event."""
+        log = self._events[run_id]
+        log.append(Event(
+            run_id, len(log) + 1, event_type, self._clock(), _copy_json(data or {}),
+            node_id, branch_id,
+        ))  # fmt: skip
+
     async def append_event(
         self,
         run_id: str,
@@ -124,21 +253,10 @@ class MemoryStore:
         *,
         node_id: str | None = None,
         branch_id: str | None = None,
-    ) -> int:
+    ) -> None:
         with self._lock:
             self._run(run_id)
-            log = self._events[run_id]
-            event = Event(
-                run_id,
-                len(log) + 1,
-                event_type,
-                self._clock(),
-                _copy_json(data or {}),
-                node_id,
-                branch_id,
-            )
-            log.append(event)
-            return event.seq
+            self._append(run_id, event_type, data, node_id, branch_id)
 
     async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         with self._lock:
@@ -236,6 +354,10 @@ class MemoryStore:
                     answer_message(answered, answer), now,
                 )  # fmt: skip
                 self._messages.append(message)
+            self._append(
+                answered.run_id, "interaction_answered", answered_event(answered),
+                answered.node_id, answered.branch_id,
+            )  # fmt: skip
         self.doorbell.ring(answered.run_id)
         return AnswerResult(answered, message)
 

@@ -1,21 +1,30 @@
-"""A Store in another process: every call goes to the holder's ``/api/store`` route.
+"""A Store in another process: calls go to the holder's ``/api/store`` routes.
 
 Chosen automatically (:func:`open_store`) when a live process holds the
-DuckDB file. If the holder dies, the next call finds it gone, opens the file
-itself (becoming the holder of this process) and repeats the call there. A
-repeated answer is safe: the same answer twice counts once, a different one
-is a conflict.
+DuckDB file. Events and progress checkpoints are batched here and sent
+together (at most ``batch_interval`` later, and always before any other
+call), so a run executed through a remote store costs one request per batch,
+not per event. The holder pushes its doorbell's rings to this process
+(``/api/store/rings``), so waiters here wake the moment an answer commits
+anywhere. If the holder dies, the next call finds it gone, opens the file
+itself (becoming the holder of this process) and repeats the call there.
+A repeated answer is safe: the same answer twice counts once, a different
+one is a conflict.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +32,37 @@ from iterion_nb.errors import (
     AlreadyAnsweredError,
     ConflictError,
     InvalidAnswerError,
+    LeaseLostError,
     NotFoundError,
+    ResumeError,
+    RunOwnedError,
     StoreError,
     StoreLockedError,
 )
-from iterion_nb.runtime.doorbell import Doorbell
+from iterion_nb.runtime.doorbell import ANY, Doorbell
+from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.ports import UNSET, Store
-from iterion_nb.runtime.records import AnswerResult, Interaction, check_answer
+from iterion_nb.runtime.records import (
+    RESUMABLE,
+    AnswerResult,
+    Interaction,
+    Run,
+    check_answer,
+    encode_json,
+)
 from iterion_nb.store.codec import decode, encode
 from iterion_nb.store.duckdb_store import open_duckdb_store
 from iterion_nb.store.holder_file import HolderInfo, alive, find_holder
 from iterion_nb.store.location import resolve_store_path
+from iterion_nb.store.rings import RingListener
 
 #: How long one request may take before the holder is presumed stuck.
 TIMEOUT = 60.0
 #: How long a client keeps trying to reach a holder, its successor, or the
 #: file itself after a request found nobody answering.
 RECOVER_SECONDS = 30.0
+#: How long events and progress checkpoints wait here before they are sent.
+BATCH_INTERVAL = 0.05
 
 
 class HolderUnreachable(Exception):  # noqa: N818 - a condition, handled by recovering
@@ -52,11 +75,36 @@ def _raise(status: int, body: dict[str, Any]) -> None:
         raise NotFoundError(body["kind"], body["key"])
     if code == "already_answered":
         raise AlreadyAnsweredError(body.get("interaction_id", ""), body.get("existing"))
+    if code == "run_owned" and isinstance(body.get("owner"), dict):
+        owner = body["owner"]
+        since = datetime.fromisoformat(str(owner.get("since")))
+        raise RunOwnedError(body.get("run_id", ""), int(owner["pid"]), str(owner["host"]), since)
+    if code == "lease_lost":
+        raise LeaseLostError(body.get("run_id", ""))
+    if code == "not_resumable":
+        raise ResumeError(message)
     if code == "conflict":
         raise ConflictError(message)
     if code == "invalid_answer":
         raise InvalidAnswerError(message)
     raise StoreError(f"the store holder refused the call ({status}): {message}")
+
+
+class _Batch:
+    """Events and progress checkpoints waiting to be sent, in order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events: list[list[Any]] = []
+        self.checkpoints: dict[str, list[Any]] = {}
+        self.sending: concurrent.futures.Future[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.error: BaseException | None = None
+
+    def take(self) -> tuple[list[list[Any]], list[list[Any]]]:
+        events, self.events = self.events, []
+        checkpoints, self.checkpoints = list(self.checkpoints.values()), {}
+        return events, checkpoints
 
 
 class RemoteStore:
@@ -69,13 +117,18 @@ class RemoteStore:
         *,
         doorbell: Doorbell | None = None,
         on_take_over: Callable[[Store], None] | None = None,
+        batch_interval: float = BATCH_INTERVAL,
     ) -> None:
         self.path = path
         self.holder = holder
         self.doorbell = doorbell or Doorbell()
+        self.doorbell.on_arm = self._listen
         self.on_take_over = on_take_over
+        self.batch_interval = batch_interval
         self._local: Store | None = None
-        self._lock = asyncio.Lock()
+        self._lock = threading.Lock()
+        self._batch = _Batch()
+        self._rings: RingListener | None = None
         self.closed = False
 
     @property
@@ -83,6 +136,18 @@ class RemoteStore:
         """Whether this process opened the file itself after the holder died."""
         return self._local is not None
 
+    # -- pushed rings --------------------------------------------------------
+    def _listen(self) -> None:
+        """Start hearing the holder's rings (on first arming of the doorbell)."""
+        if self._rings is None and not self.closed and self._local is None:
+            with self._lock:
+                if self._rings is None:
+                    self._rings = RingListener(
+                        lambda: self.holder, self.doorbell, lambda: self._local is None
+                    )
+                    self._rings.start()
+
+    # -- requests ------------------------------------------------------------
     def _request(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         body = json.dumps({"args": encode(args), "kwargs": encode(kwargs)}).encode()
         request = urllib.request.Request(
@@ -94,12 +159,17 @@ class RemoteStore:
             with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
                 return decode(json.loads(response.read())["result"])
         except urllib.error.HTTPError as err:
-            _raise(err.code, json.loads(err.read() or b"{}"))
+            try:
+                data = json.loads(err.read() or b"{}")
+            except ValueError:
+                data = {}
+            _raise(err.code, data if isinstance(data, dict) else {})
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as err:
             raise HolderUnreachable(str(err)) from None
         return None
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        await self._send_batch()
         result, _ = await self._invoke(method, list(args), kwargs)
         return result
 
@@ -132,6 +202,9 @@ class RemoteStore:
                     ) from None
                 await self._recover(holder)
         try:
+            if method == "write_batch":
+                await _write_batch(self._local, *args)
+                return None, give_up is not None
             return await getattr(self._local, method)(*args, **kwargs), give_up is not None
         except ConflictError as err:
             err.repeated = give_up is not None  # type: ignore[attr-defined]
@@ -144,42 +217,97 @@ class RemoteStore:
         the same holder still has the file and still publishes itself) after a
         short pause so the caller retries it.
         """
-        async with self._lock:
+        with self._lock:
             if self._local is not None or self.holder != failed:
                 return  # another call of ours already recovered
-            successor = find_holder(self.path)
-            if successor is not None and successor != failed:
+        successor = find_holder(self.path)
+        if successor is not None and successor != failed:
+            with self._lock:
                 self.holder = successor  # another process took over: use it
+            return
+        try:
+            local = open_duckdb_store(self.path, doorbell=self.doorbell)
+        except StoreLockedError:
+            # the old holder is still exiting, or a new one has the file but
+            # has not published itself yet: look again shortly
+            await asyncio.sleep(0.05 if alive(failed.pid) else 0.1)
+            return
+        with self._lock:
+            raced = self._local is not None
+            if not raced:
+                self._local = local
+        if raced:  # another call of ours opened it first: drop our extra handle
+            await local.close()
+            return
+        self.doorbell.ring(ANY)  # waiters re-check against the file itself
+        if self.on_take_over is not None:
+            self.on_take_over(local)
+
+    # -- batched writes ------------------------------------------------------
+    def _queue(self, add: Callable[[_Batch], None]) -> None:
+        """Add to the batch; start the timer that sends it if it was empty."""
+        batch = self._batch
+        with batch.lock:
+            add(batch)
+            if batch.timer is not None or batch.sending is not None:
                 return
-            try:
-                local = open_duckdb_store(self.path, doorbell=self.doorbell)
-            except StoreLockedError:
-                # the old holder is still exiting, or a new one has the file but
-                # has not published itself yet: look again shortly
-                await asyncio.sleep(0.05 if alive(failed.pid) else 0.1)
-                return
-            self._local = local
-            if self.on_take_over is not None:
-                self.on_take_over(local)
+            loop = asyncio.get_running_loop()
+            batch.timer = loop.call_later(self.batch_interval, self._send_later, loop)
+
+    def _send_later(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._batch.lock:
+            self._batch.timer = None
+        loop.create_task(self._send_quietly())
+
+    async def _send_quietly(self) -> None:
+        try:
+            await self._send_batch()
+        except Exception as err:  # kept, raised by the next call
+            self._batch.error = err
+
+    async def _send_batch(self) -> None:
+        """Send what waits, after any batch already on its way (order is kept)."""
+        batch = self._batch
+        while True:
+            with batch.lock:
+                if batch.error is not None:  # a background send failed: say so now
+                    err, batch.error = batch.error, None
+                    raise err
+                if batch.sending is None:
+                    events, checkpoints = batch.take()
+                    if not events and not checkpoints:
+                        return
+                    sending: concurrent.futures.Future[None] = concurrent.futures.Future()
+                    batch.sending = sending
+                    break
+                waiting = batch.sending
+            await asyncio.wrap_future(waiting)
+        try:
+            await self._invoke("write_batch", [events, checkpoints], {})
+        finally:
+            with batch.lock:
+                batch.sending = None
+            sending.set_result(None)
 
     # -- the Store protocol ------------------------------------------------------
-    async def _add(self, method: str, record: Any, fetch: str) -> Any:
+    async def _add(self, method: str, record: Any, fetch: str, **kwargs: Any) -> Any:
         """Insert ``record``; a repeat of our own insert that had landed is not a conflict."""
+        await self._send_batch()
         try:
-            stored, _ = await self._invoke(method, [record], {})
+            stored, _ = await self._invoke(method, [record], kwargs)
         except ConflictError as err:
             # A call repeated after its holder vanished may find its own record:
             # the first attempt landed. Anything else is a real conflict.
             if not getattr(err, "repeated", False):
                 raise
             existing = await self._call(fetch, record.id)
-            if existing != record:
+            if _comparable(existing) != _comparable(record):
                 raise
             stored = existing
         return stored
 
-    async def create_run(self, run: Any) -> Any:
-        return await self._add("create_run", run, "get_run")
+    async def create_run(self, run: Any, *, owner: Claimant | None = None) -> Any:
+        return await self._add("create_run", run, "get_run", owner=owner)
 
     async def get_run(self, run_id: str) -> Any:
         return await self._call("get_run", run_id)
@@ -191,11 +319,54 @@ class RemoteStore:
     async def list_runs(self, **kwargs: Any) -> Any:
         return await self._call("list_runs", **kwargs)
 
-    async def save_checkpoint(self, run_id: str, checkpoint: dict[str, Any]) -> None:
-        await self._call("save_checkpoint", run_id, checkpoint)
+    async def acquire_run(
+        self, run_id: str, owner: Claimant, *, statuses: tuple[str, ...] = RESUMABLE
+    ) -> Any:
+        return await self._call("acquire_run", run_id, owner, statuses=list(statuses))
 
-    async def append_event(self, run_id: str, event_type: str, data: Any = None, **kw: Any) -> Any:
-        return await self._call("append_event", run_id, event_type, data, **kw)
+    async def renew_leases(self, owner: Claimant, run_ids: list[str]) -> Any:
+        return await self._call("renew_leases", owner, run_ids)
+
+    async def settle_run(self, run_id: str, owner: str, **kwargs: Any) -> Any:
+        return await self._call("settle_run", run_id, owner, **kwargs)
+
+    async def release_runs(self, owner: str, run_ids: list[str]) -> None:
+        await self._call("release_runs", owner, run_ids)
+
+    async def cancel_run(self, run_id: str) -> Any:
+        run = await self._call("cancel_run", run_id)
+        self.doorbell.ring(run_id)
+        return run
+
+    async def save_checkpoint(
+        self,
+        run_id: str,
+        checkpoint: dict[str, Any],
+        *,
+        owner: str | None = None,
+        durable: bool = False,
+    ) -> None:
+        entry = [run_id, checkpoint, owner, durable]
+
+        def add(batch: _Batch) -> None:
+            batch.checkpoints[run_id] = entry
+
+        self._queue(add)
+        if durable:
+            await self._send_batch()
+
+    async def append_event(
+        self,
+        run_id: str,
+        event_type: str,
+        data: Any = None,
+        *,
+        node_id: str | None = None,
+        branch_id: str | None = None,
+    ) -> None:
+        # as JSON text now: the caller may change ``data`` once this returns
+        entry = [run_id, event_type, encode_json(data or {}), node_id, branch_id]
+        self._queue(lambda batch: batch.events.append(entry))
 
     async def events(self, run_id: str, **kwargs: Any) -> Any:
         return await self._call("events", run_id, **kwargs)
@@ -255,9 +426,50 @@ class RemoteStore:
         await self._call("flush")
 
     async def close(self) -> None:
-        self.closed = True
-        if self._local is not None:
-            await self._local.close()
+        if self.closed:
+            return
+        try:
+            await self._send_batch()
+        finally:
+            self.closed = True
+            with self._batch.lock:
+                if self._batch.timer is not None:
+                    self._batch.timer.cancel()
+                    self._batch.timer = None
+            if self._rings is not None:
+                self._rings.stop()
+            if self._local is not None:
+                await self._local.close()
+
+
+def _comparable(record: Any) -> Any:
+    """A record without what the store sets itself (a run's lease), to spot our own insert."""
+    if isinstance(record, Run):
+        return replace(record, lease=None, status="running")
+    return record
+
+
+async def _write_batch(store: Store, events: list[list[Any]], checkpoints: list[list[Any]]) -> None:
+    """Apply one batch sent by a remote store: its events in order, then its checkpoints.
+
+    A record that cannot be applied (an unknown run, a lost lease) does not
+    stop the others; the first such error is raised at the end.
+    """
+    first: StoreError | None = None
+    for run_id, event_type, data, node_id, branch_id in events:
+        try:
+            await store.append_event(
+                run_id, event_type, json.loads(data), node_id=node_id, branch_id=branch_id
+            )
+        except StoreError as err:
+            first = first or err
+    for run_id, checkpoint, owner, durable in checkpoints:
+        try:
+            await store.save_checkpoint(run_id, checkpoint, owner=owner, durable=durable)
+        except StoreError as err:
+            first = first or err
+    if first is not None:
+        raise first
 
 
 def open_store(
@@ -289,3 +501,9 @@ def open_store(
         if on_open is not None:
             on_open(local)
         return local
+
+
+__all__ = ["RemoteStore", "open_store", "write_batch"]
+
+#: Applying a batch sent by a remote store (the holder's RPC route uses it too).
+write_batch = _write_batch

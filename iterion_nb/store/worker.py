@@ -22,9 +22,12 @@ T = TypeVar("T")
 class EventBuffer:
     """Event rows and progress checkpoints waiting to be written in one batch.
 
-    Rows and checkpoints (the latest per run wins) are added from any thread;
-    the worker takes them all at once. The buffer is due when it holds
-    ``max_rows`` rows or its oldest entry is ``max_age`` seconds old.
+    Rows and checkpoints (the latest per run wins, with the owner it is
+    fenced by) are added from any thread; the worker takes them at once. The
+    buffer is due when it holds ``max_rows`` rows or its oldest row, or its
+    oldest checkpoint, is ``max_age`` seconds old. Rows and checkpoints keep
+    separate clocks, so taking the rows alone (before a read) never delays
+    the checkpoints.
     """
 
     def __init__(self, max_rows: int, max_age: float) -> None:
@@ -32,49 +35,52 @@ class EventBuffer:
         self.max_age = max_age
         self._lock = threading.Lock()
         self._rows: list[tuple[Any, ...]] = []
-        self._checkpoints: dict[str, Any] = {}
-        self._oldest = 0.0
-
-    def _empty(self) -> bool:
-        return not self._rows and not self._checkpoints
+        self._checkpoints: dict[str, tuple[Any, str | None]] = {}
+        self._rows_since = 0.0
+        self._checkpoints_since = 0.0
 
     def add(self, row: tuple[Any, ...]) -> bool:
         """Add a row; True when the worker must look again (first entry, or now full)."""
         with self._lock:
-            first = self._empty()
-            if first:
-                self._oldest = time.monotonic()
+            first = not self._rows and not self._checkpoints
+            if not self._rows:
+                self._rows_since = time.monotonic()
             self._rows.append(row)
             return first or len(self._rows) == self.max_rows
 
-    def add_checkpoint(self, run_id: str, checkpoint: Any) -> bool:
+    def add_checkpoint(self, run_id: str, checkpoint: Any, owner: str | None = None) -> bool:
         """Replace the run's pending checkpoint; True when it is the first entry."""
         with self._lock:
-            first = self._empty()
-            if first:
-                self._oldest = time.monotonic()
-            self._checkpoints[run_id] = checkpoint
+            first = not self._rows and not self._checkpoints
+            if not self._checkpoints:
+                self._checkpoints_since = time.monotonic()
+            self._checkpoints[run_id] = (checkpoint, owner)
             return first
 
-    def take(self, checkpoints: bool = True) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    def take(
+        self, checkpoints: bool = True
+    ) -> tuple[list[tuple[Any, ...]], dict[str, tuple[Any, str | None]]]:
         """Remove and return every row, and the checkpoints unless told not to."""
         with self._lock:
             rows, self._rows = self._rows, []
-            taken: dict[str, Any] = {}
+            taken: dict[str, tuple[Any, str | None]] = {}
             if checkpoints:
                 taken, self._checkpoints = self._checkpoints, {}
-            elif self._checkpoints:
-                self._oldest = time.monotonic()
             return rows, taken
 
     def wait_time(self) -> float | None:
         """Seconds until the buffer is due (0 if due now), None if empty."""
         with self._lock:
-            if self._empty():
+            due: list[float] = []
+            if self._rows:
+                if len(self._rows) >= self.max_rows:
+                    return 0.0
+                due.append(self._rows_since + self.max_age)
+            if self._checkpoints:
+                due.append(self._checkpoints_since + self.max_age)
+            if not due:
                 return None
-            if len(self._rows) >= self.max_rows:
-                return 0.0
-            return max(0.0, self._oldest + self.max_age - time.monotonic())
+            return max(0.0, min(due) - time.monotonic())
 
 
 _STOP = object()

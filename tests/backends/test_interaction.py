@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import iterion_nb as it
-from iterion_nb.errors import AlreadyAnsweredError
+from iterion_nb.errors import AlreadyAnsweredError, InvalidAnswerError
 from iterion_nb.runtime.records import Interaction
 from iterion_nb.session import RunHandle
 
@@ -167,13 +167,13 @@ async def test_await_tool_pauses_and_resumes_itself_with_all_answers(
     ]}})  # fmt: skip
     run = await h.start(agent_flow())
     assert await run.wait(10) == "paused_waiting_human"
-    pending = await run.pending_questions()
-    kinds = sorted(q.kind for q in pending)
-    assert kinds == ["async", "async", "await"]
-    pause = next(q for q in pending if q.kind == "await")
-    asked = [q for q in pending if q.kind == "async"]
+    asked = await run.pending_questions()  # the questions, not the pause record
+    assert sorted(q.kind for q in asked) == ["async", "async"]
+    (pause,) = await run.session.store.pending_interactions(run.id, kind="await")
     assert sorted(pause.waits_on) == sorted(q.id for q in asked)
     assert pause.question == "need both"
+    with pytest.raises(InvalidAnswerError, match="answer the questions it waits on"):
+        await run.answer(pause.id, "go on")  # refused: it would do nothing
     assert await run.answer(asked[0].id, "formal") == {"queued": True, "resumed": False}
     assert await run.answer(asked[1].id, "short") == {"queued": True, "resumed": True}
     assert await run.wait(10) == "finished", run.error

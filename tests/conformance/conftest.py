@@ -32,9 +32,16 @@ class Clock:
         return self.now
 
 
+@pytest.fixture
+def clock() -> Clock:
+    """The store's clock: tests move it forward to let leases lapse."""
+    return Clock()
+
+
 @pytest.fixture(params=IMPLEMENTATIONS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    clock = Clock()
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: Clock
+) -> AsyncIterator[Store]:
     ids = (f"m{n}" for n in itertools.count(1))
     impl: Store
     if request.param == "memory":
@@ -61,7 +68,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 def make_run(run_id: str = "r1", **overrides: Any) -> Run:
     at = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
     fields: dict[str, Any] = {
-        "id": run_id, "workflow": "w", "source_hash": "h1", "status": "running",
+        "id": run_id, "workflow": "w", "source_hash": "h1", "status": "paused_waiting_human",
         "created_at": at, "updated_at": at, "source": "workflow w:\n", "vars": {},
     }  # fmt: skip
     fields.update(overrides)

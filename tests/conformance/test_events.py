@@ -26,10 +26,10 @@ async def test_events_keep_order_and_per_run_seq(store: Store) -> None:
     assert all(x.at < y.at for x, y in itertools.pairwise(a))
 
 
-async def test_append_returns_the_seq_and_data_round_trips(store: Store) -> None:
+async def test_appended_data_round_trips(store: Store) -> None:
     await store.create_run(make_run())
     data = {"tokens": {"in": 3, "é": "ü"}, "text": "tab\tnew\nline \u001f"}
-    assert await store.append_event("r1", "llm_step_finished", data, node_id="n") == 1
+    await store.append_event("r1", "llm_step_finished", data, node_id="n")
     data["tokens"] = "changed after the call"
     (stored,) = await store.events("r1")
     assert stored.data == {"tokens": {"in": 3, "é": "ü"}, "text": "tab\tnew\nline \u001f"}
@@ -48,11 +48,10 @@ async def test_events_after_and_limit(store: Store) -> None:
 
 async def test_concurrent_appends_get_distinct_consecutive_seqs(store: Store) -> None:
     await store.create_run(make_run())
-    seqs = await asyncio.gather(*(store.append_event("r1", "tick", {"n": n}) for n in range(200)))
-    assert sorted(seqs) == list(range(1, 201))
+    await asyncio.gather(*(store.append_event("r1", "tick", {"n": n}) for n in range(200)))
     stored = await store.events("r1")
     assert [e.seq for e in stored] == list(range(1, 201))
-    assert {e.seq: e.data["n"] for e in stored} == dict(zip(seqs, range(200), strict=True))
+    assert sorted(e.data["n"] for e in stored) == list(range(200))
 
 
 async def test_status_change_is_never_ahead_of_its_events(store: Store) -> None:
@@ -64,7 +63,17 @@ async def test_status_change_is_never_ahead_of_its_events(store: Store) -> None:
 
 
 async def test_events_of_unknown_run(store: Store) -> None:
-    with pytest.raises(NotFoundError):
+    await store.create_run(make_run())
+
+    async def append_then_flush() -> None:
+        # local stores refuse at once; a batching remote store at its next call
         await store.append_event("ghost", "tick")
+        await store.flush()
+
+    with pytest.raises(NotFoundError):
+        await append_then_flush()
     with pytest.raises(NotFoundError):
         await store.events("ghost")
+    # a bad event does not take the good ones of its batch with it
+    await store.append_event("r1", "tick")
+    assert [e.type for e in await store.events("r1")] == ["tick"]

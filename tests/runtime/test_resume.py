@@ -208,7 +208,7 @@ async def test_a_fresh_session_resumes_a_run_left_by_a_dead_process(tmp_path: Pa
     session = Session(open_duckdb_store(db), workdir=tmp_path)
     try:
         record = await session.store.get_run("orphan")
-        assert record.status == "running"  # nobody lives to say otherwise
+        assert record.status == "interrupted"  # its owner died: nothing runs it
         run = await session.resume("orphan")
         assert await run.wait(10) == "finished", run.error
         assert run.outputs["last"] == {"said": "went\n"}

@@ -61,14 +61,15 @@ async def test_reopen_keeps_everything(tmp_path: Path) -> None:
 
     again = open_duckdb_store(path)
     assert (await again.get_run("r1")).vars == {"ü": [1, {"x": None}]}
-    assert [e.type for e in await again.events("r1")] == ["run_started"]
+    assert [e.type for e in await again.events("r1")] == ["run_started", "interaction_answered"]
     assert (await again.get_interaction("q1")).answered_by == "me"
     assert [m.text for m in await again.drain_messages("r1", "gatherer")] == [
         '[Answer to question q1] Q: "Formal or casual?" — A: formal'
     ]
     assert (await again.get_artifact("r1", "plan")).value == {"steps": ["é"]}
     # seq continues after a reopen
-    assert await again.append_event("r1", "run_resumed") == 2
+    await again.append_event("r1", "run_resumed")
+    assert [e.seq for e in await again.events("r1")] == [1, 2, 3]
     await again.close()
 
 
@@ -177,7 +178,9 @@ async def test_a_killed_process_keeps_every_committed_record(tmp_path: Path) -> 
     assert (await store.get_interaction("q7")).answers == "because 7"
     messages = await store.drain_messages("r7", "asker")
     assert [m.text for m in messages] == ['[Answer to question q7] Q: "why?" — A: because 7']
-    assert [e.data for e in await store.events("r3")] == [{"n": 3}]
+    assert [e.data for e in await store.events("r4")] == [{"n": 4}]
+    # an answer's event was committed with the answer, before the batched tick
+    assert [e.type for e in await store.events("r3")] == ["interaction_answered", "tick"]
     await store.close()
 
 

@@ -5,6 +5,12 @@ it called, drains the node's inbox (answers to its async questions and other
 queued messages) into the next user turn, and repeats until the model gives
 a final answer with no tool call. Before accepting that answer the inbox is
 drained once more: a late answer buys one more turn instead of being lost.
+
+The loop is armed on the store's doorbell for its run: at a turn boundary it
+asks the store for messages only when the bell rang since the last look (an
+answer or message committed anywhere rings it, pushed across processes by
+the store holder), besides the first look, the look before a final answer,
+and one every ``INBOX_POLL`` seconds as a fallback.
 The final answer must match the node's output schema; one repair turn
 carries the problems, then the node fails resumably.
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -31,11 +38,14 @@ from iterion_nb.backends.providers.base import (
 from iterion_nb.backends.tools import Tool, ToolContext, ToolError, resolve_tools
 from iterion_nb.errors import AlreadyAnsweredError, ConflictError, NodeError, PauseRun
 from iterion_nb.ir import model as m
+from iterion_nb.runtime.doorbell import Ticket
 from iterion_nb.runtime.ports import BackendRequest, BackendResult, NodeContext
 from iterion_nb.runtime.records import Interaction, answer_text, utcnow
 from iterion_nb.runtime.values import check_record
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+#: Seconds after which a turn boundary drains the inbox even if the bell never rang.
+INBOX_POLL = 5.0
 
 
 def _text(text: str) -> Block:
@@ -116,6 +126,8 @@ class AgentLoop:
         self.interaction_specs = it_tools.tools_for(node.interaction)
         self._specs = [t.spec for t in self.tools.values()] + self.interaction_specs
         self.tool_context = ToolContext(Path(request.workdir), node.readonly)
+        self._ticket: Ticket | None = None
+        self._looked = 0.0
 
     # -- the conversation ----------------------------------------------------
     def system_prompt(self) -> str:
@@ -134,6 +146,17 @@ class AgentLoop:
 
     async def run(self) -> BackendResult:
         """Turn after turn until a final answer that fits (or a pause, or a failure)."""
+        bell = getattr(self.ctx.store, "doorbell", None)
+        if bell is None:
+            return await self._converse()
+        with bell.arm(self.ctx.run_id) as ticket:
+            self._ticket = ticket
+            try:
+                return await self._converse()
+            finally:
+                self._ticket = None
+
+    async def _converse(self) -> BackendResult:
         messages = await self._start()
         steps = 0
         repaired = False
@@ -147,7 +170,8 @@ class AgentLoop:
                 if limit is not None and steps > limit:
                     raise NodeError(self.node.name, f"used more than tool_max_steps ({limit})")
                 results = await self._run_calls(calls, messages)
-                messages.append({"role": "user", "content": results + await self._inbox()})
+                inbox = await self._inbox(only_if_rung=True)
+                messages.append({"role": "user", "content": results + inbox})
                 continue
             late = await self._inbox()
             if late:  # a late answer buys one more turn
@@ -231,8 +255,19 @@ class AgentLoop:
         return output, check_record(output, schema)
 
     # -- inbox -------------------------------------------------------------
-    async def _inbox(self, skip: set[str] | None = None) -> list[Block]:
-        """The node's queued messages as text blocks (each delivered once)."""
+    async def _inbox(self, skip: set[str] | None = None, only_if_rung: bool = False) -> list[Block]:
+        """The node's queued messages as text blocks (each delivered once).
+
+        ``only_if_rung``: skip the store unless the doorbell rang since the
+        last look (or the fallback interval passed).
+        """
+        ticket = self._ticket
+        now = time.monotonic()
+        if ticket is not None:
+            rung = ticket.consume()
+            if only_if_rung and not rung and now - self._looked < INBOX_POLL:
+                return []
+        self._looked = now
         messages = await self.ctx.store.drain_messages(self.ctx.run_id, self.ctx.node_id)
         blocks = []
         for message in messages:

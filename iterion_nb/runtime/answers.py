@@ -1,0 +1,154 @@
+"""The one answer path: validate an answer, record it, decide whether the run resumes.
+
+Every surface — the inbox widget, ``%iterion answer``, ``iterion-nb runs
+answer``, REST (store holder and Jupyter server) and ``RunHandle.answer`` —
+calls :class:`AnswerService`. Recording is one store transaction (the
+answer, the message queued for an async asker, the ``interaction_answered``
+event); then, if the run is paused and every answer it waits on is in, the
+run resumes:
+
+- by its owner, when a live process keeps it parked (the answer's doorbell
+  ring wakes it there, whichever process answered);
+- else here, when this process can run workflows (it has a resumer);
+- else not yet: ``resumed`` is False and anyone may resume it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from iterion_nb.errors import (
+    InvalidAnswerError,
+    NotFoundError,
+    ResumeError,
+    RunError,
+    RunOwnedError,
+)
+from iterion_nb.runtime.ownership import Claimant
+from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.records import Interaction, Run
+
+
+@dataclass(frozen=True)
+class AnswerOutcome:
+    """What answering did: queued a message for the agent; the run resumes."""
+
+    queued: bool
+    resumed: bool
+
+    def to_dict(self) -> dict[str, bool]:
+        """``{"queued": ..., "resumed": ...}``."""
+        return {"queued": self.queued, "resumed": self.resumed}
+
+
+class Resumer(Protocol):
+    """A process that can run workflows (a session): it resumes answered runs."""
+
+    claimant: Claimant
+
+    async def resume_answered(self, run_id: str, answered_by: str) -> None:
+        """Resume ``run_id`` here (raises RunOwnedError or ResumeError if it cannot)."""
+        ...
+
+
+async def awaited(store: Store, run: Run) -> list[str]:
+    """The ids of the questions a paused run waits on (an ``await`` pause: those it lists)."""
+    needed: list[str] = []
+    for iid in (run.checkpoint or {}).get("waiting_on", []):
+        pause = await store.get_interaction(iid)
+        needed.extend(pause.waits_on if pause.kind == "await" else (iid,))
+    return needed
+
+
+async def ready_to_resume(store: Store, run: Run) -> bool:
+    """Whether ``run`` is paused and every answer it waits on is in."""
+    if run.status != "paused_waiting_human":
+        return False
+    for iid in await awaited(store, run):
+        if (await store.get_interaction(iid)).pending:
+            return False
+    return True
+
+
+class AnswerService:
+    """Answers questions of runs in ``store``; ``resumer`` resumes runs in this process."""
+
+    def __init__(self, store: Store, resumer: Resumer | None = None) -> None:
+        self.store = store
+        self.resumer = resumer
+
+    async def question(self, run_id: str, interaction_id: str) -> Interaction:
+        """The question, checked to belong to the run and to be answerable by a person."""
+        found = await self.store.get_interaction(interaction_id)
+        if found.run_id != run_id:
+            raise NotFoundError("interaction", f"{interaction_id} of run {run_id}")
+        if found.kind == "await":
+            waits = ", ".join(found.waits_on) or "none"
+            raise InvalidAnswerError(
+                f"'{interaction_id}' is the pause of an await_answers call, not a question:"
+                f" answer the questions it waits on ({waits}); the run resumes by itself"
+            )
+        return found
+
+    async def answer(
+        self, run_id: str, interaction_id: str, answer: Any, answered_by: str
+    ) -> AnswerOutcome:
+        """Answer one question of a run (any kind but ``await``).
+
+        Raises:
+            NotFoundError: No such question in this run.
+            AlreadyAnsweredError: It has an answer (carries it).
+            InvalidAnswerError: Not JSON data, too large, or the ``await`` record.
+        """
+        await self.question(run_id, interaction_id)
+        result = await self.store.answer(interaction_id, answer, answered_by=answered_by)
+        resumed = await self._resume_if_ready(run_id, interaction_id, answered_by)
+        return AnswerOutcome(result.message is not None, resumed)
+
+    async def answer_human(
+        self, run_id: str, answers: dict[str, Any], answered_by: str
+    ) -> AnswerOutcome:
+        """Answer what a paused run waits on (``""`` names its only question), then resume it."""
+        run = await self.store.get_run(run_id)
+        if run.status != "paused_waiting_human":
+            raise ResumeError(f"run '{run_id}' is {run.status}, not paused waiting for a person")
+        if "" in answers:
+            needed = [
+                i for i in await awaited(self.store, run)
+                if (await self.store.get_interaction(i)).pending
+            ]  # fmt: skip
+            if len(needed) != 1:
+                raise RunError(f"run '{run_id}' waits on {len(needed)} questions: name them")
+            answers = {needed[0]: answers[""]} | {k: v for k, v in answers.items() if k}
+        for iid in answers:
+            await self.question(run_id, iid)
+        for iid, value in answers.items():
+            await self.store.answer(iid, value, answered_by=answered_by)
+        resumed = await self._resume_if_ready(run_id, None, answered_by)
+        return AnswerOutcome(False, resumed)
+
+    async def _resume_if_ready(self, run_id: str, answered: str | None, by: str) -> bool:
+        run = await self.store.get_run(run_id)
+        if run.status != "paused_waiting_human":
+            return False
+        needed = await awaited(self.store, run)
+        if answered is not None and answered not in needed:
+            return False  # an answer the pause does not wait for: it changes nothing
+        if not await ready_to_resume(self.store, run):
+            return False
+        parked_elsewhere = run.lease is not None and (
+            self.resumer is None or run.lease.owner != self.resumer.claimant.id
+        )
+        if parked_elsewhere:
+            return True  # its owner heard the doorbell and resumes it
+        if self.resumer is None:
+            return False
+        try:
+            await self.resumer.resume_answered(run_id, by)
+        except RunOwnedError:
+            return True  # another process took it first: it resumes there
+        except ResumeError:
+            latest = await self.store.get_run(run_id)
+            return latest.status == "running"
+        return True

@@ -1,0 +1,100 @@
+"""Run ownership: a lease in the store, taken by one session and renewed by its heartbeat.
+
+Every executing run has exactly one owner. The owner is a :class:`Claimant`
+(one per :class:`~iterion_nb.session.Session`: a process id, a host and a
+random id), and what the store records is a
+:class:`~iterion_nb.runtime.records.Lease` that lapses ``ttl`` seconds after
+its last renewal. A run whose status says ``running`` but whose lease lapsed
+— or whose owner's process is gone from this host — reads as
+``interrupted``: nothing executes it, and anyone may resume it.
+
+The stores apply :func:`effective_status` to every run they return, so every
+surface (lists, REST, widgets, reports) shows the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from iterion_nb.runtime.records import Lease, Run
+
+#: How long a lease lasts without renewal (seconds).
+DEFAULT_TTL = 10.0
+#: How often an owner renews its leases (a fraction of the TTL).
+HEARTBEAT_SHARE = 0.25
+
+_HOST = socket.gethostname()
+
+
+def this_host() -> str:
+    """This machine's host name, as recorded in leases."""
+    return _HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Claimant:
+    """Who asks to own runs: one session of one process.
+
+    Attributes:
+        id: Unique per session (two sessions of one process are two owners).
+        pid: The process id.
+        host: The host name.
+        ttl: How long a lease lasts without renewal, in seconds.
+    """
+
+    id: str
+    pid: int
+    host: str
+    ttl: float = DEFAULT_TTL
+
+    @classmethod
+    def here(cls, ttl: float = DEFAULT_TTL) -> Claimant:
+        """A new claimant for this process."""
+        return cls(uuid.uuid4().hex, os.getpid(), this_host(), ttl)
+
+    def lease(self, now: datetime, since: datetime | None = None) -> Lease:
+        """The lease this claimant holds from ``now`` (kept ``since`` when renewing)."""
+        return Lease(self.id, self.pid, self.host, since or now, now + timedelta(seconds=self.ttl))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def lease_alive(lease: Lease | None, now: datetime) -> bool:
+    """Whether ``lease`` still holds at ``now``.
+
+    A lease lapses at its expiry; on this host it also ends as soon as its
+    process is gone (a restarted kernel's runs read as interrupted at once).
+    """
+    if lease is None or lease.expires_at <= now:
+        return False
+    return not (lease.host == _HOST and not pid_alive(lease.pid))
+
+
+def effective_status(run: Run, now: datetime) -> Run:
+    """``run`` as every surface should see it: ``interrupted`` when nothing executes it.
+
+    A lapsed lease is dropped from the record too, so nobody is named as the
+    owner of a run that has none.
+    """
+    if lease_alive(run.lease, now):
+        return run
+    if run.status == "running":
+        return replace(run, status="interrupted", lease=None)
+    if run.lease is not None:
+        return replace(run, lease=None)
+    return run

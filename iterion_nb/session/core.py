@@ -1,0 +1,351 @@
+"""The composition root: a store, a backend, and the runs this session owns.
+
+A session is one owner (a :class:`~iterion_nb.runtime.ownership.Claimant`):
+starting a run takes its lease; resuming one takes it too, atomically, or is
+refused with :class:`~iterion_nb.errors.RunOwnedError` while another live
+owner holds it. A heartbeat renews the leases; a run this session pauses
+stays *parked* here (still owned) and resumes here as soon as the answers it
+waits on are in, whoever gives them. Closing the session cancels its live
+runs and lets go of its parked ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import traceback
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from iterion_nb.api.holder import Holder
+from iterion_nb.errors import ResumeError
+from iterion_nb.ir import compile_workflow
+from iterion_nb.ir import model as m
+from iterion_nb.runtime.answers import AnswerService, ready_to_resume
+from iterion_nb.runtime.engine import Engine, Outcome
+from iterion_nb.runtime.ownership import DEFAULT_TTL, Claimant
+from iterion_nb.runtime.ports import Backend, Store
+from iterion_nb.runtime.records import Run as RunRecord
+from iterion_nb.runtime.records import RunStatus, utcnow
+from iterion_nb.runtime.state import Frontier, RunState
+from iterion_nb.runtime.values import resolve_vars
+from iterion_nb.session.handle import RunHandle
+from iterion_nb.session.launch import (
+    Scenario,
+    backend_for,
+    default_backends,
+    scenario_data,
+    workflow_of,
+)
+from iterion_nb.session.leases import LeaseKeeper
+from iterion_nb.store import DuckDBStore
+from iterion_nb.store.remote import open_store
+
+
+class Session:
+    """Starts, resumes and looks up runs on one store with one backend.
+
+    Args:
+        store: A Store, or where the DuckDB store lives (see
+            :func:`~iterion_nb.store.resolve_store_path`); default ``.iterion/``.
+        backend: What runs agent, judge and llm nodes; by default the in-process
+            loop (``claw``), whose ``scripted`` model answers from ``scenario``.
+        scenario: The scripted provider's scenario (a dict or a YAML/JSON file).
+        workdir: Where tool commands run (default: the current directory).
+        poll_interval: The fallback poll of ``await_answers`` and parked runs, in seconds.
+        serve: Serve the store's REST API when this session holds the DuckDB file.
+        lease_seconds: How long this session's leases last without renewal.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str] | None = None,
+        *,
+        backend: Backend | None = None,
+        scenario: Scenario | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        poll_interval: float = 5.0,
+        serve: bool = True,
+        lease_seconds: float = DEFAULT_TTL,
+    ) -> None:
+        if store is None or isinstance(store, str | os.PathLike):
+            self.store: Store = open_store(store, on_take_over=self._took_over)
+            self._owns_store = True
+        else:
+            self.store = store
+            self._owns_store = False
+        self._custom_backend = backend is not None
+        self._scenario = scenario
+        self.backend: Backend = backend or default_backends(scenario)
+        self.workdir = Path(workdir) if workdir is not None else Path.cwd()
+        self.poll_interval = poll_interval
+        self.claimant = Claimant.here(lease_seconds)
+        self.leases = LeaseKeeper(
+            self.store, self.claimant, on_lost=self._lost, on_cancel=self._cancel_requested
+        )
+        self.answers = AnswerService(self.store, self)
+        self._tasks: dict[str, asyncio.Task[RunStatus]] = {}
+        self._engines: dict[str, Engine] = {}
+        self._parked: dict[str, asyncio.Task[None]] = {}
+        #: Tracebacks of runs whose driving task failed unexpectedly, by run id.
+        self.failures: dict[str, str] = {}
+        self._final_outputs: dict[str, dict[str, Any]] = {}
+        self._scenarios: dict[str, Scenario] = {}
+        self._serve = serve
+        self.holder: Holder | None = None
+
+    def _took_over(self, local: Store) -> None:
+        """The holder we used died and this process opened the file: serve it now."""
+        if self._serve and self.holder is None and isinstance(local, DuckDBStore):
+            from iterion_nb.session.service import SessionService
+
+            loop = asyncio.get_running_loop()
+            self.holder = Holder(SessionService(self), local, local.path, loop).start()
+
+    def serve(self) -> Holder | None:
+        """Serve the REST API for this session's DuckDB file (done by start and resume).
+
+        Other processes (the CLI, another kernel, the Jupyter server) find the
+        server through the holder file and use the store through it.
+        """
+        if self.holder is None and self._serve and isinstance(self.store, DuckDBStore):
+            from iterion_nb.session.service import SessionService
+
+            loop = asyncio.get_running_loop()
+            self.holder = Holder(SessionService(self), self.store, self.store.path, loop).start()
+        return self.holder
+
+    # -- starting and resuming ----------------------------------------------
+    async def start(
+        self,
+        workflow: m.Workflow | str,
+        vars: dict[str, Any] | None = None,  # noqa: A002 - the name users know
+        *,
+        run_id: str | None = None,
+        source: str | None = None,
+        scenario: Scenario | None = None,
+        backend: str | None = None,
+    ) -> RunHandle:
+        """Start a run as a background task, owned by this session; return its handle at once.
+
+        ``backend`` names the backend for nodes that name none (instead of the
+        workflow's ``default_backend``), when the session uses the default backends.
+
+        Raises:
+            VarsError: A variable is missing, unknown or of the wrong type
+                (nothing is recorded).
+        """
+        wf, text = workflow_of(workflow, source)
+        values = resolve_vars(wf, vars)
+        launch: dict[str, Any] = {}
+        if backend is not None:
+            launch["backend"] = backend
+        recorded = scenario_data(scenario if scenario is not None else self._scenario)
+        if recorded is not None and not self._custom_backend:
+            launch["scenario"] = recorded
+        now = utcnow()
+        run = RunRecord(
+            id=run_id or uuid.uuid4().hex[:12], workflow=wf.name, source_hash=wf.source_hash,
+            status="running", created_at=now, updated_at=now, source=text, vars=values,
+            launch=launch,
+        )  # fmt: skip
+        self.serve()
+        await self.store.create_run(run, owner=self.claimant)
+        self.leases.hold(run.id)
+        state = RunState(vars=values)
+        state.frontier["b0"] = Frontier("b0", wf.entry, {})
+        self._launch(wf, run.id, state, launch, resumed=False, scenario=scenario)
+        return RunHandle(self, run.id)
+
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        answers: dict[str, Any] | None = None,
+        workflow: m.Workflow | str | None = None,
+        force: bool = False,
+        answered_by: str = "python",
+        scenario: Scenario | None = None,
+    ) -> RunHandle:
+        """Resume a paused, interrupted, failed-resumable or cancelled run here.
+
+        The run is taken atomically: if another live process (or another
+        session) owns it, :class:`~iterion_nb.errors.RunOwnedError` names
+        that owner and nothing changes. ``answers`` (interaction id -> answer)
+        are recorded once the run is ours. Without ``workflow`` the run's own
+        source is used; a different source is refused unless ``force``. The
+        scripted model uses ``scenario``, else the one the run recorded.
+        """
+        if run_id in self._engines:
+            raise ResumeError(f"run '{run_id}' is running in this session")
+        self.serve()
+        record = await self.store.get_run(run_id)
+        wf, text = self._workflow_for(record, workflow, force)
+        for iid in answers or {}:
+            await self.answers.question(run_id, iid)
+        run = await self.store.acquire_run(run_id, self.claimant)
+        self.leases.hold(run_id)
+        self._unpark(run_id)
+        try:
+            for iid, answer in (answers or {}).items():
+                await self.store.answer(iid, answer, answered_by=answered_by)
+            if text != run.source:
+                await self.store.update_run(run_id, source_hash=wf.source_hash, source=text)
+        except BaseException:  # give the run back as it was
+            prior: RunStatus = "running" if record.status == "interrupted" else record.status
+            with contextlib.suppress(Exception):
+                await self.store.settle_run(
+                    run_id, self.claimant.id, status=prior, error=record.error,
+                    checkpoint=run.checkpoint or {}, event=None,
+                )  # fmt: skip
+            self.leases.drop(run_id)
+            raise
+        state = RunState.from_checkpoint(run.checkpoint or {})
+        if not state.frontier and run.checkpoint is None:
+            state = RunState(vars=run.vars)
+            state.frontier["b0"] = Frontier("b0", wf.entry, {})
+        state.pending_interaction = None
+        state.waiting_on = []
+        self._launch(wf, run_id, state, run.launch, resumed=True, scenario=scenario)
+        return RunHandle(self, run_id)
+
+    def _workflow_for(
+        self, run: RunRecord, workflow: m.Workflow | str | None, force: bool
+    ) -> tuple[m.Workflow, str]:
+        if workflow is None:
+            return compile_workflow(run.source, f"<run {run.id}>"), run.source
+        wf, text = workflow_of(workflow, None)
+        if wf.source_hash != run.source_hash and not force:
+            raise ResumeError(
+                f"the workflow of run '{run.id}' changed since it started; pass force=True"
+                " to resume with the new source"
+            )
+        return wf, text
+
+    async def resume_answered(self, run_id: str, answered_by: str) -> None:
+        """Resume a run whose awaited answers are all in (the answer service calls this)."""
+        await self.resume(run_id, answered_by=answered_by)
+
+    def _launch(
+        self, wf: m.Workflow, run_id: str, state: RunState, launch: Mapping[str, Any], *,
+        resumed: bool, scenario: Scenario | None = None,
+    ) -> None:  # fmt: skip
+        # a run started with its own scenario keeps it when this session resumes it
+        scenario = scenario if scenario is not None else self._scenarios.get(run_id)
+        if scenario is not None:
+            self._scenarios[run_id] = scenario
+        backend = backend_for(self.backend, self._custom_backend, launch, wf, scenario)
+        engine = Engine(
+            wf, self.store, backend, run_id, state, owner=self.claimant.id,
+            workdir=self.workdir, poll_interval=self.poll_interval, park=True,
+            guard=lambda: self.leases.guard(run_id),
+        )  # fmt: skip
+        self._engines[run_id] = engine
+        self._tasks[run_id] = asyncio.ensure_future(self._drive(engine, resumed))
+
+    async def _drive(self, engine: Engine, resumed: bool) -> RunStatus:
+        run_id = engine.run_id
+        status: RunStatus = "failed_resumable"
+        try:
+            status = await engine.run(resumed=resumed)
+        except Exception as err:  # a bug or a store failure: record it, never lose it
+            self.failures[run_id] = "".join(traceback.format_exception(err))
+            message = f"internal error: {type(err).__name__}: {err}"
+            with contextlib.suppress(Exception):
+                await self.store.settle_run(
+                    run_id, self.claimant.id, status="failed_resumable", error=message,
+                    checkpoint=engine.state.checkpoint(),
+                    event=("run_failed", {"error": message, "resumable": True}),
+                )  # fmt: skip
+        finally:
+            self._final_outputs[run_id] = dict(engine.state.outputs)
+            if self._engines.get(run_id) is engine:
+                del self._engines[run_id]
+        lost = engine.outcome is not None and engine.outcome.lost
+        if status == "paused_waiting_human" and not lost:
+            self._park(run_id)
+        else:
+            self.leases.drop(run_id)
+        return status
+
+    # -- parked runs -------------------------------------------------------------
+    def _park(self, run_id: str) -> None:
+        """Keep a paused run owned here, and resume it once its answers are in."""
+        self._unpark(run_id)
+        self._parked[run_id] = asyncio.ensure_future(self._watch_parked(run_id))
+
+    def _unpark(self, run_id: str) -> None:
+        task = self._parked.pop(run_id, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _watch_parked(self, run_id: str) -> None:
+        bell = self.store.doorbell  # type: ignore[attr-defined]
+        while True:
+            with bell.arm(run_id) as ticket:
+                try:
+                    run = await self.store.get_run(run_id)
+                    ours = run.lease is not None and run.lease.owner == self.claimant.id
+                    if run.status != "paused_waiting_human" or not ours:
+                        break
+                    if await ready_to_resume(self.store, run):
+                        self._parked.pop(run_id, None)
+                        with contextlib.suppress(ResumeError):
+                            await self.resume(run_id, answered_by="iterion")
+                        return
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # the store is away for a moment: look again later
+                    pass
+                await ticket.wait(timeout=self.poll_interval)
+        self._parked.pop(run_id, None)
+        if run_id not in self._engines:
+            self.leases.drop(run_id)
+
+    # -- what the heartbeat reports ------------------------------------------------
+    def _lost(self, run_id: str) -> None:
+        engine = self._engines.get(run_id)
+        if engine is not None:
+            engine.lose()
+        self._unpark(run_id)
+
+    def _cancel_requested(self, run_id: str) -> None:
+        engine = self._engines.get(run_id)
+        if engine is not None:
+            engine.stop(Outcome("cancelled"))
+
+    # -- looking up ---------------------------------------------------------
+    def run(self, run_id: str) -> RunHandle:
+        """A handle on an existing run (live or not)."""
+        return RunHandle(self, run_id)
+
+    async def runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+        """Runs in the store, newest first."""
+        return await self.store.list_runs(status=status, limit=limit)
+
+    def engine(self, run_id: str) -> Engine | None:
+        """The engine running ``run_id`` in this session, if any."""
+        return self._engines.get(run_id)
+
+    async def close(self) -> None:
+        """Cancel this session's live runs (they stay resumable), release the rest, close."""
+        for engine in list(self._engines.values()):
+            engine.stop(Outcome("cancelled"))
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        for run_id in list(self._parked):
+            self._unpark(run_id)
+        with contextlib.suppress(Exception):
+            await self.store.release_runs(self.claimant.id, sorted(self.leases.runs))
+        self.leases.runs.clear()
+        await self.leases.stop()
+        closer = getattr(self.backend, "close", None)
+        if closer is not None:
+            await closer()
+        if self.holder is not None:
+            self.holder.stop()
+            self.holder = None
+        if self._owns_store:
+            await self.store.close()

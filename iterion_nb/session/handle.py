@@ -1,0 +1,173 @@
+"""A run seen from Python: its status, outputs, events, questions; answer, wait, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import TYPE_CHECKING, Any
+
+from iterion_nb.report import render, write_report
+from iterion_nb.report.build import format_for
+from iterion_nb.runtime.engine import Engine, Outcome
+from iterion_nb.runtime.records import Event, Interaction, Run, RunStatus
+
+if TYPE_CHECKING:
+    from iterion_nb.session.core import Session
+
+#: How often a handle re-reads a run that executes in another process.
+FOLLOW_INTERVAL = 0.5
+#: How long cancelling a run executing elsewhere waits for its owner to stop it.
+CANCEL_WAIT = 30.0
+
+
+class RunHandle:
+    """One run, seen from Python."""
+
+    def __init__(self, session: Session, run_id: str) -> None:
+        self.session = session
+        self.id = run_id
+        self._record: Run | None = None
+
+    @property
+    def _engine(self) -> Engine | None:
+        return self.session.engine(self.id)
+
+    @property
+    def status(self) -> RunStatus:
+        """The live status, or the last one read from the store."""
+        engine = self._engine
+        if engine is not None:
+            return engine.status
+        task = self.session._tasks.get(self.id)
+        if task is not None and task.done() and not task.cancelled() and not task.exception():
+            return task.result()
+        return self._record.status if self._record else "running"
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """Every node's last output so far."""
+        engine = self._engine
+        if engine is not None:
+            return dict(engine.state.outputs)
+        if self.id in self.session._final_outputs:  # ran here: as the engine left them
+            return dict(self.session._final_outputs[self.id])
+        if self._record and self._record.checkpoint:
+            return dict(self._record.checkpoint.get("outputs", {}))
+        return {}
+
+    @property
+    def error(self) -> str | None:
+        """Why the run failed, if it did (as of the last refresh or wait)."""
+        return self._record.error if self._record else None
+
+    async def refresh(self) -> Run:
+        """Read the run's record from the store."""
+        self._record = await self.session.store.get_run(self.id)
+        return self._record
+
+    async def wait(self, timeout: float | None = None) -> RunStatus:
+        """Wait until the run settles (finished, failed, paused, cancelled or interrupted).
+
+        A run executing in another process is followed through the store.
+        """
+        task = self.session._tasks.get(self.id)
+        if task is not None:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+            return (await self.refresh()).status
+        return await asyncio.wait_for(self._follow(), timeout)
+
+    async def _follow(self) -> RunStatus:
+        bell = self.session.store.doorbell  # type: ignore[attr-defined]
+        while True:
+            with bell.arm(self.id) as ticket:
+                record = await self.refresh()
+                if record.status != "running":
+                    return record.status
+                task = self.session._tasks.get(self.id)
+                if task is not None:  # resumed here meanwhile
+                    await asyncio.shield(task)
+                    continue
+                await ticket.wait(timeout=FOLLOW_INTERVAL)
+
+    async def events(self, after: int = 0) -> list[Event]:
+        """The run's events with ``seq > after``."""
+        return await self.session.store.events(self.id, after=after)
+
+    async def pending_questions(self) -> list[Interaction]:
+        """The run's unanswered questions, oldest first (an ``await`` pause is not one)."""
+        pending = await self.session.store.pending_interactions(self.id)
+        return [i for i in pending if i.kind != "await"]
+
+    async def next_question(self, timeout: float | None = None) -> Interaction | None:
+        """The first pending question, waiting up to ``timeout`` for one to be asked."""
+        store = self.session.store
+        bell = store.doorbell  # type: ignore[attr-defined]
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            with bell.arm(self.id) as ticket:
+                pending = await self.pending_questions()
+                if pending:
+                    return pending[0]
+                task = self.session._tasks.get(self.id)
+                if task is not None and task.done():
+                    return None
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    return None
+                await ticket.wait(timeout=min(left, 0.5) if left is not None else 0.5)
+
+    async def answer(
+        self, interaction_id: str, answer: Any, *, answered_by: str = "python"
+    ) -> dict[str, bool]:
+        """Answer one of the run's questions; returns ``{"queued", "resumed"}``.
+
+        An async question's answer is queued for the agent (the run goes on or
+        stays as it is). The answer to the question a paused run waits on
+        resumes it; so does the last answer an ``await`` pause waits for.
+        """
+        outcome = await self.session.answers.answer(self.id, interaction_id, answer, answered_by)
+        return outcome.to_dict()
+
+    async def cancel(self) -> RunStatus:
+        """Cancel the run (it stays resumable) and wait for it to settle.
+
+        A run executing in another process is asked to stop; its owner stops
+        it at its next heartbeat.
+        """
+        engine = self._engine
+        if engine is not None:
+            engine.stop(Outcome("cancelled"))
+            return await self.wait()
+        record = await self.session.store.cancel_run(self.id)
+        if record.status == "running":
+            try:
+                return await asyncio.wait_for(self._follow(), CANCEL_WAIT)
+            except TimeoutError:
+                return (await self.refresh()).status
+        self._record = record
+        return record.status
+
+    async def report(
+        self,
+        format: str | None = None,  # noqa: A002 - the word users know
+        path: str | os.PathLike[str] | None = None,
+    ) -> str:
+        """The run's report as Markdown (default) or HTML; also written to ``path`` if given.
+
+        The format follows ``path``'s suffix (``.html``) unless given. A live
+        run gets a report of its state so far, marked as such.
+        """
+        fmt = format_for(path, format)
+        await self.session.store.flush()
+        text = await render(self.session.store, self.id, fmt)
+        if path is not None:
+            write_report(text, path)
+        return text
+
+    async def resume(self, **kwargs: Any) -> RunHandle:
+        """Same as :meth:`Session.resume` for this run."""
+        return await self.session.resume(self.id, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Run {self.id} {self.status}>"

@@ -1,0 +1,60 @@
+"""The REST API's view of a session (see :class:`iterion_nb.api.service.RunService`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from iterion_nb.errors import RunError
+from iterion_nb.runtime.records import RUN_STATUSES, Event, Interaction, Run
+
+if TYPE_CHECKING:
+    from iterion_nb.session.core import Session
+
+
+class SessionService:
+    """Every REST operation, on a session: answers may resume runs here, resume runs here."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    async def list_runs(self, status: str | None, limit: int) -> list[Run]:
+        """Runs, newest first."""
+        if status is not None and status not in RUN_STATUSES:
+            raise RunError(f"unknown status '{status}' (one of {', '.join(RUN_STATUSES)})")
+        return await self.session.runs(status=status, limit=limit)
+
+    async def get_run(self, run_id: str) -> Run:
+        """One run."""
+        return await self.session.store.get_run(run_id)
+
+    async def events(self, run_id: str, after: int) -> list[Event]:
+        """A run's events."""
+        return await self.session.store.events(run_id, after=after)
+
+    async def pending(self, run_id: str) -> list[Interaction]:
+        """A run's unanswered questions."""
+        await self.session.store.get_run(run_id)
+        return await self.session.run(run_id).pending_questions()
+
+    async def answer(
+        self, run_id: str, interaction_id: str, answer: Any, answered_by: str
+    ) -> dict[str, bool]:
+        """Answer one question of a run."""
+        outcome = await self.session.answers.answer(run_id, interaction_id, answer, answered_by)
+        return outcome.to_dict()
+
+    async def answer_human(
+        self, run_id: str, answers: dict[str, Any], answered_by: str
+    ) -> dict[str, bool]:
+        """Answer what a paused run waits on, then resume it."""
+        outcome = await self.session.answers.answer_human(run_id, answers, answered_by)
+        return outcome.to_dict()
+
+    async def resume(self, run_id: str, force: bool) -> str:
+        """Resume a run in this process; its status."""
+        handle = await self.session.resume(run_id, force=force, answered_by="api")
+        return handle.status
+
+    async def cancel(self, run_id: str) -> str:
+        """Cancel a run."""
+        return await self.session.run(run_id).cancel()

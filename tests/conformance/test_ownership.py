@@ -1,0 +1,195 @@
+"""Run ownership: leases taken, renewed, lost, released; interrupted runs; atomic stops."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from iterion_nb.errors import (
+    LeaseLostError,
+    NotFoundError,
+    ResumeError,
+    RunOwnedError,
+    StoreError,
+)
+from iterion_nb.runtime.ownership import Claimant, this_host
+from iterion_nb.runtime.ports import Store
+
+from .conftest import Clock, make_question, make_run
+
+
+def owner(ttl: float = 10.0) -> Claimant:
+    return Claimant.here(ttl)
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+async def test_a_run_created_with_an_owner_is_running_and_names_it(store: Store) -> None:
+    me = owner()
+    run = await store.create_run(make_run(status="running"), owner=me)
+    assert run.status == "running"
+    assert run.lease is not None
+    assert (run.lease.owner, run.lease.pid, run.lease.host) == (me.id, me.pid, this_host())
+    assert run.lease.expires_at > run.lease.since
+    assert (await store.get_run("r1")).lease == run.lease
+
+
+async def test_running_without_a_live_owner_reads_interrupted(store: Store, clock: Clock) -> None:
+    await store.create_run(make_run("orphan", status="running"))  # nobody owns it
+    await store.create_run(make_run("live", status="running"), owner=owner(ttl=30))
+    await store.create_run(make_run("lapsing", status="running"), owner=owner(ttl=5))
+    dead = Claimant("x", dead_pid(), this_host(), 3600)
+    await store.create_run(make_run("dead", status="running"), owner=dead)
+    assert (await store.get_run("orphan")).status == "interrupted"
+    assert (await store.get_run("dead")).status == "interrupted"  # its process is gone
+    assert (await store.get_run("dead")).lease is None
+    assert (await store.get_run("lapsing")).status == "running"
+    clock.now += timedelta(seconds=6)
+    assert (await store.get_run("lapsing")).status == "interrupted"
+    assert (await store.get_run("live")).status == "running"
+    interrupted = {r.id for r in await store.list_runs(status="interrupted")}
+    assert interrupted == {"orphan", "dead", "lapsing"}
+    assert [r.id for r in await store.list_runs(status="running")] == ["live"]
+    with pytest.raises(StoreError):
+        await store.update_run("live", status="interrupted")  # never stored
+
+
+async def test_a_live_owner_keeps_others_out(store: Store, clock: Clock) -> None:
+    first, second = owner(ttl=10), owner(ttl=10)
+    await store.create_run(make_run(status="running"), owner=first)
+    with pytest.raises(RunOwnedError) as info:
+        await store.acquire_run("r1", second)
+    assert (info.value.pid, info.value.host) == (first.pid, this_host())
+    assert f"process {first.pid}" in str(info.value)
+    clock.now += timedelta(seconds=11)  # first stopped renewing: anyone may take it
+    taken = await store.acquire_run("r1", second)
+    assert taken.status == "running"
+    assert taken.lease is not None and taken.lease.owner == second.id
+
+
+async def test_acquire_checks_the_status(store: Store) -> None:
+    me = owner()
+    await store.create_run(make_run("done", status="finished"))
+    with pytest.raises(ResumeError, match="finished"):
+        await store.acquire_run("done", me)
+    with pytest.raises(NotFoundError):
+        await store.acquire_run("ghost", me)
+    await store.create_run(make_run("mine", status="running"), owner=me)
+    with pytest.raises(ResumeError, match="running"):
+        await store.acquire_run("mine", me)  # already running under this owner
+
+
+async def test_exactly_one_of_many_claimants_takes_a_run(store: Store) -> None:
+    await store.create_run(make_run(status="failed_resumable"))
+    claimants = [owner() for _ in range(10)]
+    results = await asyncio.gather(
+        *(store.acquire_run("r1", c) for c in claimants), return_exceptions=True
+    )
+    winners = [c for c, r in zip(claimants, results, strict=True) if not isinstance(r, Exception)]
+    assert len(winners) == 1
+    assert all(isinstance(r, RunOwnedError) for r in results if isinstance(r, Exception))
+    run = await store.get_run("r1")
+    assert run.lease is not None and run.lease.owner == winners[0].id
+
+
+async def test_renewal_extends_and_reports_loss_and_cancel(store: Store, clock: Clock) -> None:
+    me, other = owner(ttl=5), owner(ttl=5)
+    await store.create_run(make_run("a", status="running"), owner=me)
+    await store.create_run(make_run("b", status="running"), owner=me)
+    clock.now += timedelta(seconds=4)
+    report = await store.renew_leases(me, ["a", "b"])
+    assert (report.lost, report.cancel) == ((), ())
+    clock.now += timedelta(seconds=4)  # 8 s after creation, 4 after the renewal
+    assert (await store.get_run("a")).status == "running"
+    clock.now += timedelta(seconds=2)  # both lapsed; another takes "b" meanwhile
+    await store.acquire_run("b", other)
+    report = await store.renew_leases(me, ["a", "b"])
+    assert report.lost == ("b",)  # "a" was lapsed but nobody took it: renewed
+    assert (await store.get_run("a")).status == "running"
+    assert (await store.get_run("b")).lease.owner == other.id  # type: ignore[union-attr]
+
+
+async def test_cancel_asks_a_live_owner_and_stops_others_at_once(store: Store) -> None:
+    me = owner()
+    await store.create_run(make_run("live", status="running"), owner=me)
+    await store.create_run(make_run("paused"))
+    await store.create_run(make_run("done", status="finished"))
+    asked = await store.cancel_run("live")
+    assert (asked.status, asked.cancel_requested) == ("running", True)
+    assert (await store.renew_leases(me, ["live"])).cancel == ("live",)
+    stopped = await store.cancel_run("paused")
+    assert stopped.status == "cancelled" and stopped.lease is None
+    assert [e.type for e in await store.events("paused")] == ["run_cancelled"]
+    assert (await store.cancel_run("done")).status == "finished"
+    assert await store.events("done") == []
+
+
+async def test_settle_commits_status_checkpoint_and_event_together(store: Store) -> None:
+    me = owner()
+    await store.create_run(make_run(status="running"), owner=me)
+    await store.append_event("r1", "node_finished")
+    done = await store.settle_run(
+        "r1", me.id, status="finished", error=None, checkpoint={"outputs": {"a": 1}},
+        event=("run_finished", {"outputs": ["a"]}),
+    )  # fmt: skip
+    assert (done.status, done.lease, done.checkpoint) == ("finished", None, {"outputs": {"a": 1}})
+    events = await store.events("r1")
+    assert [(e.seq, e.type) for e in events] == [(1, "node_finished"), (2, "run_finished")]
+    assert events[1].data == {"outputs": ["a"]}
+
+
+async def test_a_paused_run_can_stay_parked_with_its_owner(store: Store) -> None:
+    me, other = owner(), owner()
+    await store.create_run(make_run(status="running"), owner=me)
+    parked = await store.settle_run(
+        "r1", me.id, status="paused_waiting_human", error=None, checkpoint={},
+        event=("run_paused", {}), keep_lease=True,
+    )  # fmt: skip
+    assert parked.status == "paused_waiting_human"
+    assert parked.lease is not None and parked.lease.owner == me.id
+    with pytest.raises(RunOwnedError):
+        await store.acquire_run("r1", other)
+    again = await store.acquire_run("r1", me)  # its owner resumes it
+    assert again.status == "running" and again.lease is not None
+    assert again.lease.since == parked.lease.since
+    await store.release_runs(me.id, ["r1"])
+    assert (await store.get_run("r1")).status == "interrupted"
+
+
+async def test_a_lost_owner_writes_nothing(store: Store, clock: Clock) -> None:
+    me, other = owner(ttl=5), owner(ttl=5)
+    await store.create_run(make_run(status="running"), owner=me)
+    await store.save_checkpoint("r1", {"step": 1}, owner=me.id, durable=True)
+    clock.now += timedelta(seconds=6)
+    await store.acquire_run("r1", other)
+    await store.save_checkpoint("r1", {"step": 2}, owner=other.id, durable=True)
+    await store.save_checkpoint("r1", {"stale": True}, owner=me.id)
+    with pytest.raises(LeaseLostError):
+        await store.save_checkpoint("r1", {"stale": True}, owner=me.id, durable=True)
+    with pytest.raises(LeaseLostError):
+        await store.settle_run(
+            "r1", me.id, status="finished", error=None, checkpoint={"stale": True},
+            event=("run_finished", {}),
+        )  # fmt: skip
+    run = await store.get_run("r1")
+    assert (run.status, run.checkpoint) == ("running", {"step": 2})
+    assert "run_finished" not in [e.type for e in await store.events("r1")]
+
+
+async def test_an_answer_and_its_event_are_one_record(store: Store) -> None:
+    await store.create_run(make_run())
+    await store.add_interaction(make_question())
+    await store.answer("q1", "formal", answered_by="ana")
+    events = await store.events("r1")
+    assert [(e.type, e.data, e.node_id) for e in events] == [
+        ("interaction_answered",
+         {"interaction_id": "q1", "kind": "async", "answered_by": "ana"}, "gatherer"),
+    ]  # fmt: skip
