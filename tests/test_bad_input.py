@@ -84,3 +84,97 @@ def test_cli_reports_without_traceback(name: str, tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout + proc.stderr
     assert f"{path}:{line}:{column}: error[{code}]" in proc.stdout
+
+
+BIG = "9" * 5000
+TOOL = 'tool a:\n  command: "echo"\n  timeout: {}\n\nworkflow w:\n  entry: a\n  a -> done\n'
+AGENT = 'agent a:\n  model: "scripted"\n  {}\n\nworkflow w:\n  entry: a\n  a -> done\n'
+BUDGET = (
+    'agent a:\n  model: "scripted"\n\nworkflow w:\n  entry: a\n  budget:\n    {}\n  a -> done\n'
+)
+WHEN = (
+    'schema o:\n  ok: bool\n\nagent a:\n  model: "scripted"\n  output: o\n\n'
+    'workflow w:\n  entry: a\n  a -> done when "{}"\n  a -> done\n'
+)
+EXPR = 'compute a:\n  expr:\n    x: "{}"\n\nworkflow w:\n  entry: a\n  a -> done\n'
+VARS = 'vars:\n  v: {}\n\nagent a:\n  model: "scripted"\n\nworkflow w:\n  entry: a\n  a -> done\n'
+
+#: Each input of issue 15 that raised a Python exception (or was silently
+#: accepted as infinite), and the diagnostic it gets now.
+CRASHERS: dict[str, tuple[str, str]] = {
+    "75 nested parentheses": (EXPR.format("(" * 75 + "1" + ")" * 75), "C300"),
+    "75 nested parentheses in when": (WHEN.format("(" * 75 + "ok" + ")" * 75), "C300"),
+    "1,000 !": (WHEN.format("!" * 1000 + "ok"), "C300"),
+    "1,000 not": (WHEN.format("not " * 1000 + "ok"), "C300"),
+    "1,000 unary -": (EXPR.format("-" * 1000 + "1"), "C300"),
+    "10,000 terms": (EXPR.format("1" + " + 1" * 10_000), "C300"),
+    "2,000-deep JSON default": (VARS.format("json = " + "[" * 2000 + "]" * 2000), "C300"),
+    "2,000-deep map default": (VARS.format("json = " + "{a: " * 2000 + "1" + "}" * 2000), "C300"),
+    "5,000-digit expression": (EXPR.format(BIG), "C301"),
+    "5,000-digit decimal": (EXPR.format(BIG + ".5"), "C301"),
+    "5,000-digit loop bound": (
+        WHEN.replace('"{}"', "ok").replace("a -> done\n", f"a -> a when not ok as l({BIG})\n"),
+        "C301",
+    ),
+    "5,000-digit max_tokens": (AGENT.format(f"max_tokens: {BIG}"), "C301"),
+    "5,000-digit tool_max_steps": (AGENT.format(f"tool_max_steps: {BIG}"), "C301"),
+    "5,000-digit min_answers": (
+        f"human a:\n  min_answers: {BIG}\n\nworkflow w:\n  entry: a\n  a -> done\n",
+        "C301",
+    ),
+    "5,000-digit budget max_tokens": (BUDGET.format(f"max_tokens: {BIG}"), "C301"),
+    "5,000-digit max_parallel_branches": (BUDGET.format(f"max_parallel_branches: {BIG}"), "C301"),
+    "5,000-digit max_iterations": (BUDGET.format(f"max_iterations: {BIG}"), "C301"),
+    "5,000-digit max_cost_usd": (BUDGET.format(f"max_cost_usd: {BIG}"), "C301"),
+    "1e400 max_cost_usd": (BUDGET.format('max_cost_usd: "1e400"'), "C301"),
+    "5,000-digit int default": (VARS.format(f"int = {BIG}"), "C301"),
+    "1e400 float default": (VARS.format("float = 1e400"), "C301"),
+    "5,000-digit number in a JSON default": (VARS.format(f"json = {{a: [{BIG}]}}"), "C301"),
+    "400-digit timeout": (TOOL.format("9" * 400), "C302"),
+    "400-digit timeout in seconds": (TOOL.format(f'"{"9" * 400}s"'), "C302"),
+    "5,000-digit timeout": (TOOL.format(BIG), "C302"),
+    "huge tool timeout": (TOOL.format('"100000d"'), "C302"),
+    "huge wait timeout": (
+        'emit e:\n  event: go\n\nwait a:\n  event: go\n  timeout: "31d"\n\n'
+        "workflow w:\n  entry: e\n  e -> a\n  a -> done\n",
+        "C302",
+    ),
+    "huge await_answers timeout": (
+        'await_answers a:\n  timeout: "720h1s"\n\nworkflow w:\n  entry: a\n  a -> done\n',
+        "C302",
+    ),
+    "huge budget max_duration": (BUDGET.format(f'max_duration: "{BIG}h"'), "C302"),
+    "infinite timeout": (TOOL.format('"inf"'), "C055"),
+    "not-a-number timeout": (TOOL.format('"nan"'), "C055"),
+    "exponent timeout": (TOOL.format('"1e9"'), "C055"),
+}
+
+
+@pytest.mark.parametrize("name", list(CRASHERS))
+def test_hostile_input_is_a_diagnostic_never_a_traceback(name: str) -> None:
+    text, code = CRASHERS[name]
+    result = it.analyze(text, "hostile.iter")
+    assert result.workflow is None
+    found = [d for d in result.diagnostics if d.code == code]
+    assert found, [(d.code, d.message) for d in result.diagnostics]
+    assert all(d.severity.value == "error" and d.line >= 1 and d.column >= 1 for d in found)
+    # one problem, one report: no cascade of follow-up errors
+    assert {d.code for d in result.diagnostics} == {code}
+    with pytest.raises(it.CompileError) as info:
+        it.compile(text, "hostile.iter")
+    assert f"error[{code}]" in str(info.value)
+    assert len(str(info.value)) < 2000  # a 5,000-digit number is not echoed whole
+
+
+@pytest.mark.parametrize(
+    ("timeout", "seconds"),
+    [('"30d"', 2_592_000.0), ('"720h"', 2_592_000.0), ("2592000", 2_592_000.0), ('"1.5s"', 1.5)],
+)
+def test_durations_up_to_thirty_days_are_accepted(timeout: str, seconds: float) -> None:
+    node = it.compile(TOOL.format(timeout)).nodes["a"]
+    assert getattr(node, "timeout_seconds", None) == seconds
+
+
+def test_numbers_at_the_limit_are_accepted() -> None:
+    wf = it.compile(AGENT.format("max_tokens: 9223372036854775807"))
+    assert getattr(wf.nodes["a"], "max_tokens", None) == 2**63 - 1

@@ -1,8 +1,10 @@
 """The catalogue of diagnostic codes.
 
 ``C…`` codes follow iterion's numbering so users of one recognise the other.
-``S…`` codes are our own syntax problems, and ``C05x`` our own checks of
-declarations and properties, which iterion reports under other names.
+``S…`` codes are our own syntax problems, ``C05x`` our own checks of
+declarations and properties, which iterion reports under other names, and
+``C3xx`` (a band iterion does not use) our limits on hostile input and our
+checks against the backends.
 ``docs/diagnostics.md`` documents every entry; a test keeps the two in step.
 """
 
@@ -89,4 +91,8 @@ CODES: dict[str, CodeInfo] = {
     "C240": CodeInfo(_E, "interaction: async on a human node"),
     "C241": CodeInfo(_E, "await_answers without a positive timeout"),
     "C242": CodeInfo(_W, "await_answers from: names a missing or non-async node"),
+    # limits on hostile input (ours)
+    "C300": CodeInfo(_E, "nesting too deep"),
+    "C301": CodeInfo(_E, "number too large"),
+    "C302": CodeInfo(_E, "duration too long"),
 }

@@ -17,6 +17,10 @@ from iterion_nb.dsl.source import Source, Span
 #: Past this many problems the rest are summarised, so garbage input cannot
 #: produce an unreadable wall of text.
 MAX_DIAGNOSTICS = 200
+#: Characters of a source line shown under a diagnostic, and how many of them
+#: come before the problem when the line is cut.
+SHOWN_CHARS = 400
+CONTEXT_CHARS = 80
 
 
 class Severity(StrEnum):
@@ -120,12 +124,19 @@ def render(diagnostic: Diagnostic, source: Source) -> str:
     if not source.text:
         return head
     text = source.line_text(span.line)
-    shown = _printable(text)
+    # A very long line is shown as a window around the column, so that the
+    # rendering stays short whatever the input (and the caret lines up).
+    start = 0
+    if span.column > SHOWN_CHARS - CONTEXT_CHARS:
+        start = span.column - 1 - CONTEXT_CHARS
+    shown = ("…" if start else "") + _printable(text[start : start + SHOWN_CHARS])
+    shift = start - (1 if start else 0)
+    column = span.column - shift
+    end = (span.end_column if span.end_line == span.line else len(text) + 1) - shift
+    width = max(1, min(end, len(shown) + 1) - column)
     gutter = str(span.line).rjust(5)
-    end = span.end_column if span.end_line == span.line else len(text) + 1
-    width = max(1, min(end, len(shown) + 1) - span.column)
     pad = " " * (len(gutter) + 1)
-    caret = " " * (span.column - 1) + "^" * width
+    caret = " " * (column - 1) + "^" * width
     return f"{head}\n{gutter} | {shown}\n{pad}| {caret}"
 
 
@@ -136,6 +147,4 @@ def render_all(diagnostics: Iterable[Diagnostic], source: Source) -> str:
 
 def _printable(text: str) -> str:
     """Show control characters as spaces so the caret stays aligned."""
-    if len(text) > 400:
-        text = text[:400]
-    return "".join(ch if ch.isprintable() else " " for ch in text)
+    return "".join(ch if ch.isprintable() else " " for ch in text[:SHOWN_CHARS])

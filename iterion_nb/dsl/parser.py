@@ -2,7 +2,9 @@
 
 Recursive descent over the lexer's tokens. A syntax error is recorded and the
 parser skips the offending statement (its line and any block indented under
-it), so one pass reports every independent problem.
+it), so one pass reports every independent problem. Brackets and indented
+blocks nest at most :data:`~iterion_nb.dsl.limits.MAX_NESTING` levels (C300),
+so that no input can exhaust Python's recursion limit.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TypeVar, cast
 
 from iterion_nb.dsl import ast
 from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.limits import MAX_NESTING, too_deep_message
 from iterion_nb.dsl.source import Source, Span
 from iterion_nb.dsl.tokens import Token, TokenKind
 
@@ -24,6 +27,10 @@ class _Abort(Exception):  # noqa: N818 - unwinds, is never shown
     """Unwinds the current statement after a syntax error was recorded."""
 
 
+class _TooDeep(_Abort):
+    """Unwinds a value nested past the limit after C300 was recorded."""
+
+
 class Parser:
     """Builds an :class:`ast.Module` from tokens."""
 
@@ -34,6 +41,8 @@ class Parser:
         # Lines that already have a problem (from the lexer, or an earlier
         # syntax error) get no further syntax error: one cause, one report.
         self._error_lines: set[int] = {d.line for d in diagnostics}
+        #: Brackets and indented blocks open around the current token.
+        self.depth = 0
 
     # -- helpers ---------------------------------------------------------
     @property
@@ -60,6 +69,21 @@ class Parser:
             self._error_lines.add(span.line)
             self.diags.add("S001", message, span)
         return _Abort()
+
+    def _too_deep(self, token: Token) -> bool:
+        """Whether one more level at ``token`` passes the limit (then C300 is recorded)."""
+        if self.depth < MAX_NESTING:
+            return False
+        self._error_lines.add(token.span.line)
+        message = too_deep_message("brackets and indented blocks", self.depth + 1)
+        self.diags.add("C300", message, token.span)
+        return True
+
+    def _enter(self, token: Token) -> None:
+        """One level deeper at ``token``; past the limit, C300 and abort the statement."""
+        if self._too_deep(token):
+            raise _TooDeep()
+        self.depth += 1
 
     def _expect(self, kind: TokenKind, what: str | None = None) -> Token:
         if self.tok.kind is kind:
@@ -101,13 +125,32 @@ class Parser:
                 if depth == 0:
                     return
 
-    def _block(self, parse_line: Callable[[], T], header: Token) -> list[T]:
-        """Parse ``NEWLINE INDENT line* DEDENT`` calling ``parse_line`` per line."""
+    def _block(self, parse_line: Callable[[], T], header: Token, nested: bool = False) -> list[T]:
+        """Parse ``NEWLINE INDENT line* DEDENT`` calling ``parse_line`` per line.
+
+        A ``nested`` block (under a property) is one level of nesting; past
+        the limit it is skipped whole after C300.
+        """
         items: list[T] = []
         if self._at(TokenKind.NEWLINE):
             self._advance()
         if not self._at(TokenKind.INDENT):
             raise self._error(f"'{header.text}:' needs an indented block below it", header.span)
+        if not nested:
+            self._block_lines(parse_line, items)
+            return items
+        if self._too_deep(header):
+            self._skip_block()
+            return items
+        self.depth += 1
+        try:
+            self._block_lines(parse_line, items)
+        finally:
+            self.depth -= 1
+        return items
+
+    def _block_lines(self, parse_line: Callable[[], T], items: list[T]) -> None:
+        """The lines of a block, from its ``INDENT`` to its ``DEDENT``."""
         self._advance()
         while not self._at(TokenKind.DEDENT) and not self._at(TokenKind.EOF):
             if self._at(TokenKind.INDENT):
@@ -122,7 +165,6 @@ class Parser:
                     self._skip_statement()
         if self._at(TokenKind.DEDENT):
             self._advance()
-        return items
 
     # -- module ----------------------------------------------------------
     def parse_module(self, source: Source) -> ast.Module:
@@ -206,7 +248,15 @@ class Parser:
         default: ast.Value | None = None
         if self._at(TokenKind.EQUALS):
             self._advance()
-            default = self._value()
+            try:
+                default = self._value()
+            except _TooDeep:
+                # The variable stays declared (without its default), so that
+                # its uses do not each report it as undeclared.
+                while not self._at(TokenKind.EOF) and not self._at(TokenKind.DEDENT):
+                    if self._advance().kind is TokenKind.NEWLINE:
+                        break
+                return ast.VarDecl(name.text, name.span, type_ref, None, name.span)
         end = self._prev_span()
         self._end_of_line()
         return ast.VarDecl(name.text, name.span, type_ref, default, name.span.to(end))
@@ -250,7 +300,7 @@ class Parser:
             return ast.Property(name.text, name.span, value, name.span.to(value.span))
         self._expect(TokenKind.COLON, f"':' after '{name.text}'")
         if self._at(TokenKind.NEWLINE) and self._peek().kind is TokenKind.INDENT:
-            entries = self._block(self._property, name)
+            entries = self._block(self._property, name, nested=True)
             span = name.span.to(self._prev_span())
             return ast.Property(name.text, name.span, ast.BlockValue(tuple(entries), span), span)
         if self._at(TokenKind.NEWLINE) or self._at(TokenKind.EOF):
@@ -278,17 +328,28 @@ class Parser:
 
     def _list(self) -> ast.ListValue:
         open_ = self._advance()
-        items: list[ast.Value] = []
-        while not self._at(TokenKind.RBRACKET):
-            items.append(self._value())
-            if not self._at(TokenKind.COMMA):
-                break
-            self._advance()
-        close = self._expect(TokenKind.RBRACKET, "',' or ']'")
+        self._enter(open_)
+        try:
+            items: list[ast.Value] = []
+            while not self._at(TokenKind.RBRACKET):
+                items.append(self._value())
+                if not self._at(TokenKind.COMMA):
+                    break
+                self._advance()
+            close = self._expect(TokenKind.RBRACKET, "',' or ']'")
+        finally:
+            self.depth -= 1
         return ast.ListValue(tuple(items), open_.span.to(close.span))
 
     def _map(self) -> ast.MapValue:
         open_ = self._expect(TokenKind.LBRACE, "'{'")
+        self._enter(open_)
+        try:
+            return self._map_entries(open_)
+        finally:
+            self.depth -= 1
+
+    def _map_entries(self, open_: Token) -> ast.MapValue:
         entries: list[ast.MapEntry] = []
         while not self._at(TokenKind.RBRACE):
             key = self.tok

@@ -12,9 +12,11 @@ from typing import Literal, cast
 
 from iterion_nb.dsl import ast
 from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.limits import NumberTooLargeError, parse_decimal, parse_int, shorten
 from iterion_nb.dsl.source import Span
 from iterion_nb.ir import model as m
 from iterion_nb.ir.expr import Expr, ExprSyntaxError, parse_expression
+from iterion_nb.ir.expr import Literal as ExprLiteral
 from iterion_nb.ir.properties import (
     ALLOWED,
     BUDGET_PROPERTIES,
@@ -136,7 +138,9 @@ class Builder:
                 continue
             spec = self.read.type_spec(var.type) or m.TypeSpec("json")
             has_default, default = False, None
-            if var.default is not None:
+            if var.default is not None and not self.read.numbers_fit(var.default):
+                pass  # C301 said why; a second "does not match its type" would not help
+            elif var.default is not None:
                 ok, data = literal(var.default)
                 if ok and isinstance(data, str) and spec.name != "string" and not spec.is_list:
                     ok, data = _coerce_env_default(data, spec)
@@ -220,7 +224,10 @@ class Builder:
             expr = parse_expression(text)
         except ExprSyntaxError as err:
             where = Span.point(span.line, span.column + err.offset)
-            self.diags.add("C040", f"expression does not parse: {err.message}", where)
+            message = (
+                err.message if err.code != "C040" else f"expression does not parse: {err.message}"
+            )
+            self.diags.add(err.code, message, where)
             return None
         self.draft.exprs.append(ExprUse(expr, span, node, bare))
         return expr
@@ -308,14 +315,17 @@ class Builder:
         value = entry.value
         text = value.text if isinstance(value, ast.NumberValue | ast.StringValue) else ""
         try:
-            cost = float(text)
+            cost = float(parse_decimal(text.strip(), exponent=True))
+        except NumberTooLargeError as err:
+            self.diags.add("C301", f"'max_cost_usd': {err}", value.span)
+            return None
         except ValueError:
             cost = -1.0
-        if cost < 0 or cost != cost or cost == float("inf"):
+        if cost < 0:
             self.diags.add(
                 "C046",
                 "max_cost_usd must be a non-negative number of dollars,"
-                f" found {text or describe(value)}",
+                f" found {shorten(text) or describe(value)}",
                 value.span,
             )
             return None
@@ -327,8 +337,11 @@ class Builder:
             condition = m.FieldCondition(decl.when.field, decl.when.negated, decl.when.span)
         elif isinstance(decl.when, ast.WhenExpr):
             expr = self.expression(decl.when.text, decl.when.text_span, decl.src, "output")
-            if expr is not None:
-                condition = m.ExprCondition(decl.when.text, expr, decl.when.span)
+            # An expression that did not parse (already reported) keeps its
+            # edge conditional, so that the routing checks do not add
+            # "several unconditional edges" on top.
+            placeholder = ExprLiteral(None, 0)
+            condition = m.ExprCondition(decl.when.text, expr or placeholder, decl.when.span)
         loop = self._loop(decl.loop) if decl.loop else None
         mapping: list[tuple[str, Template]] = []
         if decl.with_ is not None:
@@ -360,11 +373,17 @@ class Builder:
 
     def _loop(self, decl: ast.LoopDecl) -> str:
         text = decl.bound.text
-        bound = int(text) if text.lstrip("-").isdigit() else None
-        if bound is None:
+        bound: int | None = None
+        try:
+            bound = parse_int(text)
+        except NumberTooLargeError as err:
+            self.diags.add("C301", f"loop '{decl.name}': {err}", decl.bound.span)
+        except ValueError:
             self.diags.add(
-                "C052", f"loop bound must be a whole number, found {text}", decl.bound.span
+                "C052", f"loop bound must be a whole number, found {shorten(text)}", decl.bound.span
             )
+        if bound is None:
+            pass
         elif bound < 1:
             self.diags.add(
                 "C026",

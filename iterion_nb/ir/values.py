@@ -6,11 +6,20 @@ the expected kind, so the builder keeps going and reports every problem.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 
 from iterion_nb.dsl import ast
 from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.limits import (
+    MAX_DURATION_SECONDS,
+    NumberTooLargeError,
+    duration_message,
+    parse_decimal,
+    parse_int,
+    shorten,
+)
 from iterion_nb.ir.model import SCALAR_TYPES, TypeSpec
 from iterion_nb.ir.templates import Template, parse_template
 
@@ -18,11 +27,24 @@ _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
+def _amount(text: str) -> float:
+    """A decimal amount; one too large to read is infinitely long, never an exception."""
+    try:
+        return float(parse_decimal(text))
+    except NumberTooLargeError:
+        return math.inf
+
+
 def parse_duration(text: str) -> float | None:
-    """Seconds in ``"30m"``, ``"1h30m"``, ``"500ms"`` or a plain number; else None."""
+    """Seconds in ``"30m"``, ``"1h30m"``, ``"500ms"`` or a plain number; else None.
+
+    A plain number is seconds (``-?[0-9]+(.[0-9]+)?``: no ``inf``, ``nan`` or
+    exponent). A number too large to read gives ``math.inf``, which the
+    callers refuse as longer than :data:`MAX_DURATION_SECONDS`.
+    """
     text = text.strip()
     try:
-        return float(text)
+        return _amount(text)
     except ValueError:
         pass
     total = 0.0
@@ -30,7 +52,7 @@ def parse_duration(text: str) -> float | None:
     for m in _DURATION_PART.finditer(text):
         if m.start() != pos:
             return None
-        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        total += _amount(m.group(1)) * _UNIT_SECONDS[m.group(2)]
         pos = m.end()
     if pos != len(text) or pos == 0:
         return None
@@ -38,13 +60,13 @@ def parse_duration(text: str) -> float | None:
 
 
 def describe(value: ast.Value) -> str:
-    """How an error message names a value."""
+    """How an error message names a value (long text is cut)."""
     if isinstance(value, ast.StringValue):
-        return f'the string "{value.text}"'
+        return f'the string "{shorten(value.text)}"'
     if isinstance(value, ast.NumberValue):
-        return f"the number {value.text}"
+        return f"the number {shorten(value.text)}"
     if isinstance(value, ast.IdentValue):
-        return f"'{value.name}'"
+        return f"'{shorten(value.name)}'"
     if isinstance(value, ast.ListValue):
         return "a list"
     if isinstance(value, ast.MapValue):
@@ -91,29 +113,44 @@ class ValueReader:
         return word
 
     def integer(self, prop: ast.Property, minimum: int = 1, code: str = "C052") -> int | None:
-        """A whole number no smaller than ``minimum``."""
+        """A whole number no smaller than ``minimum`` nor larger than the limit (C301)."""
         value = prop.value
-        if isinstance(value, ast.NumberValue) and re.fullmatch(r"-?[0-9]+", value.text):
-            number = int(value.text)
-            if number >= minimum:
-                return number
+        try:
+            number = parse_int(value.text) if isinstance(value, ast.NumberValue) else None
+        except NumberTooLargeError as err:
+            self.diags.add("C301", f"'{prop.name}': {err}", value.span)
+            return None
+        except ValueError:
+            number = None
+        if number is None:
+            self._wrong(prop, "a whole number")
+            return None
+        if number < minimum:
             self.diags.add(
                 code, f"'{prop.name}' must be at least {minimum}; found {number}", value.span
             )
             return None
-        self._wrong(prop, "a whole number")
-        return None
+        return number
 
-    def number(self, prop: ast.Property) -> float | None:
-        """Any number (as a float)."""
-        value = prop.value
-        if isinstance(value, ast.NumberValue):
-            try:
-                return float(value.text)
-            except ValueError:
-                pass
-        self._wrong(prop, "a number")
-        return None
+    def numbers_fit(self, value: ast.Value) -> bool:
+        """Whether every number inside ``value`` is within the limit (else C301 for each)."""
+        fit = True
+        todo = [value]
+        while todo:
+            item = todo.pop()
+            if isinstance(item, ast.ListValue):
+                todo += item.items
+            elif isinstance(item, ast.MapValue):
+                todo += [entry.value for entry in item.entries]
+            elif isinstance(item, ast.NumberValue):
+                try:
+                    parse_decimal(item.text, exponent=True)
+                except NumberTooLargeError as err:
+                    self.diags.add("C301", str(err), item.span)
+                    fit = False
+                except ValueError:
+                    pass
+        return fit
 
     def boolean(self, prop: ast.Property) -> bool | None:
         """``true`` or ``false``."""
@@ -124,7 +161,7 @@ class ValueReader:
         return None
 
     def duration(self, prop: ast.Property) -> float | None:
-        """A duration such as ``"30m"``; None (with C055) if it is not one."""
+        """A duration such as ``"30m"``; None after C055 (not one) or C302 (too long)."""
         value = prop.value
         text = value.text if isinstance(value, ast.StringValue | ast.NumberValue) else None
         seconds = parse_duration(text) if text is not None else None
@@ -135,6 +172,9 @@ class ValueReader:
                 f" found {describe(value)}",
                 value.span,
             )
+        elif seconds > MAX_DURATION_SECONDS:
+            self.diags.add("C302", duration_message(prop.name, text or ""), value.span)
+            return None
         return seconds
 
     def template(self, prop: ast.Property) -> Template | None:
@@ -184,12 +224,9 @@ def literal(value: ast.Value) -> tuple[bool, object]:
         return True, value.text
     if isinstance(value, ast.NumberValue):
         try:
-            return True, int(value.text)
-        except ValueError:
-            try:
-                return True, float(value.text)
-            except ValueError:
-                return False, None
+            return True, parse_decimal(value.text, exponent=True)
+        except ValueError:  # not a number, or too large (ValueReader.numbers_fit says so)
+            return False, None
     if isinstance(value, ast.IdentValue):
         constants: dict[str, object] = {"true": True, "false": False, "null": None}
         if value.name in constants:

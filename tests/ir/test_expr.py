@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -105,3 +106,117 @@ def test_references_are_listed_in_order_with_positions() -> None:
         (("outputs", "n", "f"), 11, 11),
         (("score",), 24, 5),
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "shape"),
+    [
+        ("!a == b", "(! (== a b))"),
+        ("!a && b", "(&& (! a) b)"),
+        ("a || b && c", "(|| a (&& b c))"),
+        ("a && !b || !!c", "(|| (&& a (! b)) (! (! c)))"),
+        ("-a * b - c % -d", "(- (* (- a) b) (% c (- d)))"),
+        ("a - b - c", "(- (- a b) c)"),
+        ("a == b + c * d", "(== a (+ b (* c d)))"),
+        ("x.y[i].z", "(. ([] x.y i) z)"),
+        ("f.g.h", "f.g.h"),
+        ("length([a, b]) > 1 and not c", "(&& (> (length ([ a b)) 1) (! c))"),
+    ],
+)
+def test_precedence_and_associativity(text: str, shape: str) -> None:
+    def show(e: object) -> str:
+        from iterion_nb.ir import expr as x
+
+        if isinstance(e, x.Ref):
+            return ".".join(e.path)
+        if isinstance(e, x.Literal):
+            return repr(e.value)
+        if isinstance(e, x.Unary):
+            return f"({e.op} {show(e.operand)})"
+        if isinstance(e, x.Binary):
+            return f"({e.op} {show(e.left)} {show(e.right)})"
+        if isinstance(e, x.Index):
+            return f"([] {show(e.target)} {show(e.index)})"
+        if isinstance(e, x.Attr):
+            return f"(. {show(e.target)} {e.name})"
+        if isinstance(e, x.Call):
+            return f"({e.name} {' '.join(show(a) for a in e.args)})"
+        assert isinstance(e, x.ListExpr)
+        return f"([ {' '.join(show(i) for i in e.items)})"
+
+    assert show(parse_expression(text)) == shape
+
+
+@pytest.mark.parametrize("text", ["a == !b", "-!a", "a + not b", "a < b < c"])
+def test_misplaced_not_and_chained_comparisons_stay_errors(text: str) -> None:
+    with pytest.raises(ExprSyntaxError) as info:
+        parse_expression(text)
+    assert info.value.code == "C040"
+
+
+def nest(kind: str, depth: int) -> str:
+    return {
+        "parens": "(" * depth + "1" + ")" * depth,
+        "not": "!" * depth + "true",
+        "not words": "not " * depth + "true",
+        "minus": "-" * depth + "1",
+        "lists": "[" * depth + "]" * depth,
+        "calls": "length(" * depth + "'x'" + ")" * depth,
+        "index": "[1]" + "[0]" * depth,
+        "index inside": "v" + "[v" * depth + "]" * depth,
+        "chain": "1" + " + 1" * depth,
+        "right chain": "1 + (" * depth + "1" + ")" * depth,
+    }[kind]
+
+
+KINDS = ["parens", "not", "not words", "minus", "lists", "calls", "index", "index inside",
+         "chain", "right chain"]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_nesting_up_to_the_limit_parses_and_one_more_level_is_c300(kind: str) -> None:
+    from iterion_nb.dsl.limits import MAX_NESTING
+
+    parse_expression(nest(kind, MAX_NESTING - 1))
+    with pytest.raises(ExprSyntaxError) as info:
+        parse_expression(nest(kind, 3000))
+    assert info.value.code == "C300"
+    assert f"the limit is {MAX_NESTING} levels" in info.value.message
+
+
+def run_with_stack_used(frames: int, fn: Any) -> Any:
+    """Call ``fn`` with ``frames`` Python frames already on the stack."""
+    if frames == 0:
+        return fn()
+    return run_with_stack_used(frames - 1, fn)
+
+
+@pytest.mark.parametrize("kind", ["parens", "not", "minus", "calls", "index inside", "right chain"])
+def test_the_deepest_expression_parses_and_evaluates_on_a_busy_stack(kind: str) -> None:
+    # A kernel or a test runner is already some hundreds of frames deep when it
+    # compiles: what the limit allows must leave room for that.
+    import sys
+
+    from iterion_nb.dsl.limits import MAX_NESTING
+
+    text = nest(kind, MAX_NESTING - 1)
+    busy = sys.getrecursionlimit() - 600
+    expr = run_with_stack_used(busy, lambda: parse_expression(text))
+    scope = {**SCOPE, "v": [0, 1]}
+    # some of these shapes are nonsense to evaluate; the point is no RecursionError
+    with contextlib.suppress(ExpressionError):
+        run_with_stack_used(busy, lambda: evaluate(expr, scope, {"v": [0, 1]}))
+
+
+def test_numbers_past_the_limit_are_c301_not_a_value_error() -> None:
+    for text in ("9" * 5000, "9223372036854775808", "1" * 30 + ".5", "x + " + "9" * 20):
+        with pytest.raises(ExprSyntaxError) as info:
+            parse_expression(text)
+        assert info.value.code == "C301", text
+    assert ev("9223372036854775807 - 1") == 9223372036854775806
+
+
+def test_a_long_dotted_reference_is_one_reference() -> None:
+    text = "outputs" + ".b" * 100_000
+    (ref,) = references(parse_expression(text))
+    assert len(ref.path) == 100_001 and ref.offset == 0 and ref.length == len(text)
