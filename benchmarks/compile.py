@@ -3,12 +3,15 @@
 Run: ``.venv/bin/python benchmarks/compile.py [--nodes N] [--repeat R]``.
 Goal: the whole compile in at most 1 s on a 2-core CI machine. Figures are the
 median of R runs; the stage shares are ratios within this run, which stay
-meaningful on a noisy machine.
+meaningful on a noisy machine. Stages are timed with Python's cyclic garbage
+collector paused, as ``analyze()`` pauses it, so that the shares compare like
+with like. ``benchmarks/compile_scaling.py`` checks that time grows linearly.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -120,9 +123,13 @@ def generate(nodes: int) -> str:
 def median_seconds(fn: Callable[[], object], repeat: int) -> float:
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        finally:
+            gc.enable()
     return statistics.median(times)
 
 

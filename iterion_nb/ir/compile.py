@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,8 +38,34 @@ def source_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while compiling.
+
+    A compile allocates several small objects per token (tokens, spans, syntax
+    and IR nodes), none of them in a reference cycle, so the collector's
+    passes over them are pure overhead that grows with the heap: measured on
+    50,000 nodes it was half the compile time and made the time per KB grow
+    with the size of the source. Reference counting still frees everything;
+    the collector is switched back on (if it was on) when the compile ends.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def analyze(text: str | bytes, name: str = "<string>") -> CompileResult:
     """Compile and return every diagnostic; never raises for bad input."""
+    with _cyclic_gc_paused():
+        return _analyze(text, name)
+
+
+def _analyze(text: str | bytes, name: str) -> CompileResult:
     diags = Diagnostics()
     if isinstance(text, bytes):
         source = decode_source(text, name, diags)

@@ -144,7 +144,11 @@ def parse_lines(lines: list[tuple[str, int, int]], diags: Diagnostics) -> Templa
     for index, (text, line, column) in enumerate(lines):
         if index:
             parts.append(TextPart("\n"))
-        parts.extend(parse_template(text, line, column, diags).parts)
+        if "{{" not in text and "${" not in text:
+            if text:
+                parts.append(TextPart(text))  # plain prose, the common case: nothing to parse
+        else:
+            parts.extend(parse_template(text, line, column, diags).parts)
     return Template(_merge(parts))
 
 
@@ -181,10 +185,17 @@ def _text_with_env(
 
 
 def _merge(parts: list[Part]) -> tuple[Part, ...]:
+    """Adjacent text parts joined into one (once per run: ``+`` per part was quadratic)."""
     merged: list[Part] = []
+    run: list[str] = []
     for part in parts:
-        if isinstance(part, TextPart) and merged and isinstance(merged[-1], TextPart):
-            merged[-1] = TextPart(merged[-1].text + part.text)
-        else:
-            merged.append(part)
+        if isinstance(part, TextPart):
+            run.append(part.text)
+            continue
+        if run:
+            merged.append(TextPart("".join(run)))
+            run = []
+        merged.append(part)
+    if run:
+        merged.append(TextPart("".join(run)))
     return tuple(merged)

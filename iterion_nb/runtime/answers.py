@@ -15,6 +15,8 @@ run resumes:
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +30,9 @@ from iterion_nb.errors import (
 from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction, Run
+
+#: How long an answer waits for the owner of a parked run to pick it up.
+HANDOFF_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -140,8 +145,23 @@ class AnswerService:
         parked_elsewhere = run.lease is not None and (
             self.resumer is None or run.lease.owner != self.resumer.claimant.id
         )
-        if parked_elsewhere:
-            return True  # its owner heard the doorbell and resumes it
+        if parked_elsewhere and await self._handed_over(run_id):
+            return True  # its owner heard the doorbell and resumed it
+        return await self._resume_here(run_id, by)
+
+    async def _handed_over(self, run_id: str) -> bool:
+        """Wait until the owner of a parked run resumes it; False if the owner is gone."""
+        deadline = time.monotonic() + HANDOFF_SECONDS
+        while time.monotonic() < deadline:
+            run = await self.store.get_run(run_id)
+            if run.status != "paused_waiting_human":
+                return True
+            if run.lease is None:
+                return False  # its owner died or let go meanwhile
+            await asyncio.sleep(0.02)
+        return True  # still owned and alive: it resumes at its next look
+
+    async def _resume_here(self, run_id: str, by: str) -> bool:
         if self.resumer is None:
             return False
         try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from iterion_nb.api.holder import Holder
-from iterion_nb.errors import ResumeError
+from iterion_nb.errors import ResumeError, RunOwnedError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.answers import AnswerService, ready_to_resume
@@ -179,10 +179,11 @@ class Session:
         source is used; a different source is refused unless ``force``. The
         scripted model uses ``scenario``, else the one the run recorded.
         """
-        if run_id in self._engines:
-            raise ResumeError(f"run '{run_id}' is running in this session")
         self.serve()
         record = await self.store.get_run(run_id)
+        if run_id in self._engines and record.lease is not None:
+            lease = record.lease  # this very session runs it
+            raise RunOwnedError(run_id, lease.pid, lease.host, lease.since)
         wf, text = self._workflow_for(record, workflow, force)
         for iid in answers or {}:
             await self.answers.question(run_id, iid)

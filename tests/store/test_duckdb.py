@@ -300,3 +300,26 @@ async def test_progress_checkpoints_reach_the_file_within_the_interval(tmp_path:
     assert row == ('{"frontier": ["x"]}',)
     peek.close()
     await store.close()
+
+
+async def test_reading_events_never_holds_back_a_checkpoint(tmp_path: Path) -> None:
+    """A client polling events every few ms must not keep progress checkpoints off the file."""
+    path = tmp_path / "s.duckdb"
+    store = open_duckdb_store(path, flush_interval=0.05)
+    await store.create_run(make_run())
+    peek = duckdb.connect(str(path), config=CONNECT_CONFIG)
+    await store.save_checkpoint("r1", {"frontier": ["y"]})
+    loop = asyncio.get_running_loop()
+    start, seen = loop.time(), None
+    while loop.time() - start < 1.0:
+        await store.append_event("r1", "tick")
+        await store.events("r1", after=10**9)  # a reader, every 5 ms
+        row = peek.execute("SELECT checkpoint FROM runs").fetchone()
+        if row and row[0]:
+            seen = loop.time() - start
+            break
+        await asyncio.sleep(0.005)
+    peek.close()
+    await store.close()
+    assert seen is not None, "the checkpoint never reached the file while events were read"
+    assert seen < 0.5

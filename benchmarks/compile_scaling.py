@@ -1,0 +1,120 @@
+"""Does compile time grow linearly with the size of the source?
+
+Run: ``.venv/bin/python benchmarks/compile_scaling.py [--repeat R] [--shapes a,b]``.
+
+For each shape of input (a deep ``input.b.b.b…`` reference in an expression,
+the same in a ``{{…}}`` template, a long prompt body, many nodes) it compiles
+sources of about 10 KB, 100 KB and 2 MB and prints the time per KB and the
+ratio of each figure to the 10 KB one. Goal: every ratio at most 2 (linear
+time), and 50,000 nodes compiled in at most 5 s. Figures are the median of R
+runs; ratios stay meaningful on a noisy machine. Not a unit test: run it when
+touching the lexer, the parser or the checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from iterion_nb.ir import analyze
+
+SIZES = (10 * 1024, 100 * 1024, 2 * 1024 * 1024)
+RATIO_GOAL = 2.0
+NODES_GOAL = (50_000, 5.0)
+
+
+def expr_reference(size: int) -> str:
+    """A compute node whose one expression is ``input.b.b.b…``, ``size`` bytes long."""
+    head = 'schema s:\n  b: json\n\ncompute c:\n  input: s\n  expr:\n    x: "input'
+    tail = '"\n\nworkflow w:\n  entry: c\n  c -> done\n'
+    return head + ".b" * max(1, (size - len(head) - len(tail)) // 2) + tail
+
+
+def template_reference(size: int) -> str:
+    """A prompt holding one ``{{vars.a.b.b…}}`` reference, ``size`` bytes long."""
+    head = "vars:\n  a: json\n\nprompt p:\n  {{vars.a"
+    tail = '}}\n\nagent g:\n  model: "scripted"\n  user: p\n'
+    tail += "\nworkflow w:\n  entry: g\n  g -> done\n"
+    return head + ".b" * max(1, (size - len(head) - len(tail)) // 2) + tail
+
+
+def prompt_body(size: int) -> str:
+    """A prompt of ``size`` bytes: one reference, then lines of plain prose."""
+    head = "vars:\n  topic: string\n\nprompt p:\n  Write about {{vars.topic}}.\n"
+    tail = '\nagent g:\n  model: "scripted"\n  user: p\n'
+    tail += "\nworkflow w:\n  entry: g\n  g -> done\n"
+    line = "  Three careful paragraphs, citing sources, in plain words; no jargon.\n"
+    return head + line * max(1, (size - len(head) - len(tail)) // len(line)) + tail
+
+
+def chain(count: int) -> str:
+    """``count`` agent nodes in a chain (about 52 bytes a node)."""
+    nodes = [f'agent n{i}:\n  model: "scripted"\n\n' for i in range(count)]
+    edges = [f"  n{i} -> n{i + 1}\n" for i in range(count - 1)]
+    edges.append(f"  n{count - 1} -> done\n")
+    return "".join(nodes) + "workflow w:\n  entry: n0\n" + "".join(edges)
+
+
+def many_nodes(size: int) -> str:
+    """A chain of agent nodes about ``size`` bytes long."""
+    per_node = len(chain(1000)) / 1000
+    return chain(max(1, int(size / per_node)))
+
+
+SHAPES: dict[str, Callable[[int], str]] = {
+    "expr-reference": expr_reference,
+    "template-reference": template_reference,
+    "prompt": prompt_body,
+    "nodes": many_nodes,
+}
+
+
+def median_seconds(text: str, repeat: int) -> float:
+    """Median wall time of compiling ``text``; it must compile cleanly."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = analyze(text, "bench.iter")
+        times.append(time.perf_counter() - start)
+        assert result.workflow is not None, [d.message[:200] for d in result.diagnostics[:3]]
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shapes")
+    args = parser.parse_args()
+
+    worst = 0.0
+    print(f"{'shape':<20}{'size':>10}{'compile':>12}{'µs/KB':>10}{'ratio':>8}")
+    for name in args.shapes.split(","):
+        make = SHAPES[name]
+        base = None
+        for size in SIZES:
+            text = make(size)
+            seconds = median_seconds(text, args.repeat)
+            per_kb = seconds * 1e6 / (len(text) / 1024)
+            base = base or per_kb
+            worst = max(worst, per_kb / base)
+            print(
+                f"{name:<20}{len(text) / 1024:>8.0f}KB{seconds * 1000:>10.1f}ms"
+                f"{per_kb:>10.0f}{per_kb / base:>8.2f}"
+            )
+    verdict = "meets" if worst <= RATIO_GOAL else "MISSES"
+    print(f"goal: µs/KB within {RATIO_GOAL:.0f}x of the 10 KB one: {verdict} it ({worst:.2f})")
+
+    count, goal = NODES_GOAL
+    text = chain(count)
+    seconds = median_seconds(text, args.repeat)
+    verdict = "meets" if seconds <= goal else "MISSES"
+    print(
+        f"{count:,} nodes ({len(text) / 1024:.0f} KB): {seconds:.2f} s;"
+        f" goal ≤ {goal:.0f} s: {verdict} it (time/goal = {seconds / goal:.2f})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Run ownership inside one process: sessions are owners, leases decide who executes a run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import iterion_nb as it
+from iterion_nb.errors import ResumeError, RunOwnedError
+from iterion_nb.session import Session
+from iterion_nb.store import open_duckdb_store
+
+TOOLS = """\
+tool one:
+  command: "echo one >> ran.txt"
+
+tool slow:
+  command: "echo slow >> ran.txt; sleep {seconds}"
+
+tool two:
+  command: "echo two >> ran.txt"
+
+workflow w:
+  entry: one
+  one -> slow
+  slow -> two
+  two -> done
+"""
+
+GATE = """\
+human gate:
+  instructions: "Ship it?"
+
+tool after:
+  command: "echo after >> ran.txt"
+
+workflow w:
+  entry: gate
+  gate -> after
+  after -> done
+"""
+
+
+def ran(tmp_path: Path) -> list[str]:
+    path = tmp_path / "ran.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> Path:
+    return tmp_path / "runs.duckdb"
+
+
+async def started(session: Session, source: str, node: str) -> str:
+    run = await session.start(it.compile(source))
+    for _ in range(400):
+        events = await run.events()
+        if any(e.type == "node_started" and e.node_id == node for e in events):
+            return run.id
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{node} never started")
+
+
+async def test_resume_is_refused_while_another_session_runs_the_run(
+    db: Path, tmp_path: Path
+) -> None:
+    store = open_duckdb_store(db)
+    owner, other = Session(store, workdir=tmp_path), Session(store, workdir=tmp_path)
+    try:
+        run_id = await started(owner, TOOLS.format(seconds=30), "slow")
+        with pytest.raises(RunOwnedError) as info:
+            await other.resume(run_id)
+        assert f"process {info.value.pid}" in str(info.value)
+        assert info.value.pid == owner.claimant.pid
+        # the owner itself cannot start it twice either
+        with pytest.raises(RunOwnedError):
+            await owner.resume(run_id)
+        record = await store.get_run(run_id)
+        assert record.status == "running" and record.lease is not None
+        assert record.lease.owner == owner.claimant.id
+        await owner.run(run_id).cancel()
+        resumed = await other.resume(run_id)  # cancelled: anyone may resume it now
+        assert resumed.id == run_id
+        await other.run(run_id).cancel()
+    finally:
+        await owner.close()
+        await other.close()
+        await store.close()
+    assert ran(tmp_path).count("one") == 1  # the finished node never ran again
+
+
+async def test_a_parked_run_resumes_in_its_owner_whoever_answers(db: Path, tmp_path: Path) -> None:
+    store = open_duckdb_store(db)
+    owner, other = Session(store, workdir=tmp_path), Session(store, workdir=tmp_path)
+    try:
+        run = await owner.start(it.compile(GATE))
+        assert await run.wait(10) == "paused_waiting_human"
+        parked = await store.get_run(run.id)
+        assert parked.lease is not None and parked.lease.owner == owner.claimant.id
+        with pytest.raises(RunOwnedError):
+            await other.resume(run.id)  # parked with its owner: answer it instead
+        (question,) = await other.run(run.id).pending_questions()
+        outcome = await other.run(run.id).answer(question.id, "yes", answered_by="ana")
+        assert outcome == {"queued": False, "resumed": True}
+        assert await other.run(run.id).wait(10) == "finished"
+        assert other.engine(run.id) is None  # it ran in its owner's session
+        events = await run.events()
+        assert [e.type for e in events].count("run_resumed") == 1
+    finally:
+        await owner.close()
+        await other.close()
+        await store.close()
+    assert ran(tmp_path) == ["after"]
+
+
+async def test_two_sessions_racing_to_resume_one_run_execute_it_once(
+    db: Path, tmp_path: Path
+) -> None:
+    store = open_duckdb_store(db)
+    first = Session(store, workdir=tmp_path)
+    run_id = await started(first, TOOLS.format(seconds=30), "slow")
+    await first.run(run_id).cancel()
+    racers = [Session(store, workdir=tmp_path) for _ in range(6)]
+    (tmp_path / "ran.txt").unlink()
+    try:
+        results = await asyncio.gather(*(s.resume(run_id) for s in racers), return_exceptions=True)
+        winners = [s for s, r in zip(racers, results, strict=True) if not isinstance(r, Exception)]
+        assert len(winners) == 1
+        losers = [r for r in results if isinstance(r, Exception)]
+        assert all(isinstance(r, RunOwnedError | ResumeError) for r in losers), losers
+        await winners[0].run(run_id).cancel()
+    finally:
+        for session in (first, *racers):
+            await session.close()
+        await store.close()
+    assert ran(tmp_path) == ["slow"]  # resumed at the interrupted node, once
+
+
+async def test_a_session_that_lost_its_lease_stops_and_writes_nothing(
+    db: Path, tmp_path: Path
+) -> None:
+    store = open_duckdb_store(db)
+    owner = Session(store, workdir=tmp_path, lease_seconds=0.6)
+    taker = Session(store, workdir=tmp_path)
+    try:
+        run_id = await started(owner, TOOLS.format(seconds=1.5), "slow")
+        await owner.leases.stop()  # as if its process froze: the lease lapses
+        await asyncio.sleep(0.8)
+        assert (await store.get_run(run_id)).status == "interrupted"
+        taken = await taker.resume(run_id)
+        assert await taken.wait(15) == "finished"
+        # the old owner saw the loss before its next node, and recorded nothing
+        assert await owner._tasks[run_id] == "interrupted"
+        types = [e.type for e in await store.events(run_id)]
+        assert types.count("run_finished") == 1
+    finally:
+        await owner.close()
+        await taker.close()
+        await store.close()
+    runs = ran(tmp_path)
+    assert runs.count("one") == 1 and runs.count("two") == 1  # nobody ran a node twice
+    assert runs.count("slow") == 2  # in flight when the lease lapsed: redone by the taker
+
+
+async def test_cancel_from_another_session_stops_the_owner(db: Path, tmp_path: Path) -> None:
+    store = open_duckdb_store(db)
+    owner = Session(store, workdir=tmp_path, lease_seconds=1.0)
+    other = Session(store, workdir=tmp_path)
+    try:
+        run_id = await started(owner, TOOLS.format(seconds=30), "slow")
+        assert await other.run(run_id).cancel() == "cancelled"
+        assert await owner.run(run_id).wait(5) == "cancelled"
+        record = await store.get_run(run_id)
+        assert record.lease is None
+        types = [e.type for e in await store.events(run_id)]
+        assert types.count("run_cancelled") == 1
+    finally:
+        await owner.close()
+        await other.close()
+        await store.close()
+
+
+async def test_closing_a_session_lets_go_of_its_parked_runs(db: Path, tmp_path: Path) -> None:
+    store = open_duckdb_store(db)
+    owner = Session(store, workdir=tmp_path)
+    run = await owner.start(it.compile(GATE))
+    assert await run.wait(10) == "paused_waiting_human"
+    await owner.close()
+    record = await store.get_run(run.id)
+    assert record.status == "paused_waiting_human" and record.lease is None
+    other = Session(store, workdir=tmp_path)
+    try:
+        (question,) = await other.run(run.id).pending_questions()
+        # nobody keeps it parked: the answer resumes it here
+        assert (await other.run(run.id).answer(question.id, "yes"))["resumed"] is True
+        assert other.engine(run.id) is not None or (await other.run(run.id).wait(10)) == "finished"
+        assert await other.run(run.id).wait(10) == "finished"
+    finally:
+        await other.close()
+        await store.close()
