@@ -19,6 +19,8 @@ from iterion_nb.dsl.diagnostics import Diagnostics
 from iterion_nb.dsl.source import Source, Span
 from iterion_nb.dsl.tokens import RawLine, Token, TokenKind
 
+# Possessive quantifiers (*+) keep no backtracking state per repetition, so a
+# string token of several MB is matched in linear time and constant memory.
 _TOKEN_RE = re.compile(
     r"""
     (?P<space>[ \t]+)
@@ -26,7 +28,7 @@ _TOKEN_RE = re.compile(
   | (?P<arrow>->)
   | (?P<number>-?[0-9]+(?:\.[0-9]+)?[A-Za-z0-9_]*)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<string>"[^"\\]*+(?:\\.[^"\\]*+)*+")
   | (?P<open_string>".*)
   | (?P<punct>[:,=\[\]{}()])
   | (?P<bad>.)
