@@ -95,4 +95,6 @@ CODES: dict[str, CodeInfo] = {
     "C300": CodeInfo(_E, "nesting too deep"),
     "C301": CodeInfo(_E, "number too large"),
     "C302": CodeInfo(_E, "duration too long"),
+    # backends (ours)
+    "C310": CodeInfo(_W, "model the node's backend cannot serve"),
 }

@@ -7,6 +7,7 @@ from collections import deque
 from iterion_nb.dsl.diagnostics import Diagnostics
 from iterion_nb.ir import model as m
 from iterion_nb.ir.build import Draft
+from iterion_nb.ir.models import serves, static_text, unservable_message
 from iterion_nb.ir.refs import RefChecker, input_fields, output_fields
 
 
@@ -330,6 +331,7 @@ def _branch_nodes(start: str, router: str, succ: dict[str, list[str]], draft: Dr
 
 def _check_nodes(draft: Draft, diags: Diagnostics) -> None:
     _check_events(draft, diags)
+    _check_models(draft, diags)
     for node in draft.nodes.values():
         session = getattr(node, "session", "fresh")
         if node.await_mode is not None and session in ("inherit", "fork"):
@@ -365,6 +367,21 @@ def _check_events(draft: Draft, diags: Diagnostics) -> None:
                 diags.add(
                     "C198", f"{node.kind} '{node.name}' " + text.format(e=node.event), node.span
                 )
+
+
+def _check_models(draft: Draft, diags: Diagnostics) -> None:
+    """C310: a ``model:`` the backend that runs the node cannot serve."""
+    for node in draft.nodes.values():
+        template = getattr(node, "model", None)
+        text = static_text(template) if template is not None else None
+        if text is None:
+            continue
+        backend = getattr(node, "backend", None) or draft.default_backend
+        if serves(backend, text):
+            continue
+        props = draft.node_decls[node.name].properties
+        where = next((p.value.span for p in props if p.name == "model"), node.span)
+        diags.add("C310", unservable_message(backend, text), where)
 
 
 def _check_await_from(node: m.AwaitAnswersNode, draft: Draft, diags: Diagnostics) -> None:

@@ -59,7 +59,7 @@ def test_fanout_example_has_join_loop_and_budget() -> None:
 
 def test_compile_raises_one_error_carrying_every_problem() -> None:
     text = (
-        'agent a:\n  model: "x"\n  user: nope\n  output: missing\n\n'
+        'agent a:\n  model: "scripted"\n  user: nope\n  output: missing\n\n'
         "workflow w:\n  entry: a\n  a -> b\n"
     )
     with pytest.raises(it.CompileError) as info:
@@ -74,7 +74,7 @@ def test_compile_raises_one_error_carrying_every_problem() -> None:
 
 def test_warnings_do_not_stop_compilation() -> None:
     text = (
-        'agent a:\n  model: "x"\n\nagent stray:\n  model: "x"\n\n'
+        'agent a:\n  model: "scripted"\n\nagent stray:\n  model: "scripted"\n\n'
         "workflow w:\n  entry: a\n  a -> done\n  stray -> done\n"
     )
     result = it.analyze(text)
@@ -211,7 +211,7 @@ def test_joins_inside_a_branch_and_after_an_await_need_no_await() -> None:
 
 def test_a_missing_await_is_reported_once_at_the_meeting_point() -> None:
     result = it.analyze(
-        JOINS.replace("agent merge:\n  await: wait_all", 'agent merge:\n  model: "x"')
+        JOINS.replace("agent merge:\n  await: wait_all", 'agent merge:\n  model: "scripted"')
     )
     assert [(d.code, d.line) for d in result.diagnostics] == [("C060", 22)]
 

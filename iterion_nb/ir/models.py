@@ -1,0 +1,71 @@
+"""Which ``model:`` strings each backend can serve, checked at compile time (C310).
+
+The ir layer sits below the backends and must not import them, so the rule
+is written down here, from what each backend does with the string:
+
+- ``claw`` (the in-process loop) hands it, stripped, to its provider
+  resolver: ``scripted`` or ``scripted/…`` answer from the scenario,
+  ``anthropic/<model>`` and ``openai/<model>`` use the official SDKs, and
+  anything else fails when the node runs ("unknown model").
+- ``claude_code`` passes it unchanged to the ``claude`` CLI as ``--model``,
+  which knows Claude model names (``claude-…``), its aliases (``default``,
+  ``sonnet``, ``opus``, ``haiku``, ``opusplan``, each optionally with
+  ``[1m]``) and Bedrock model ids and ARNs. It does not strip an
+  ``anthropic/`` prefix, so ``anthropic/claude-…`` is not served there.
+
+A model written as a template (``{{vars.model}}``) or through the
+environment (``${MODEL}``) is only known when the run starts and is not
+checked. ``tests/ir/test_models.py`` keeps the ``claw`` rule in step with the
+provider resolver.
+"""
+
+from __future__ import annotations
+
+import re
+
+from iterion_nb.dsl.limits import shorten
+from iterion_nb.ir.templates import Template, TextPart
+
+_CLAW_FAMILIES = ("anthropic/", "openai/")
+_CLAUDE_ALIAS = re.compile(r"(default|sonnet|opus|haiku|opusplan)(\[1m\])?\Z")
+_CLAUDE_NAME = re.compile(r"claude-[A-Za-z0-9][A-Za-z0-9._@:\[\]-]*\Z")
+_BEDROCK = re.compile(r"([a-z]{2,}\.)?anthropic\.claude-[A-Za-z0-9._:-]+\Z|arn:aws:bedrock:\S+\Z")
+
+
+def static_text(model: Template) -> str | None:
+    """The model's text when it is written out in full, else None (it is decided at run time)."""
+    if not model.is_static:
+        return None
+    return "".join(part.text for part in model.parts if isinstance(part, TextPart))
+
+
+def serves(backend: str, model: str) -> bool:
+    """Whether ``backend`` can serve a node whose ``model:`` is ``model``."""
+    if backend == "claw":
+        name = model.strip() or "scripted"
+        if name == "scripted" or name.startswith("scripted/"):
+            return True
+        return any(name.startswith(f) and len(name) > len(f) for f in _CLAW_FAMILIES)
+    if backend == "claude_code":
+        if not model:
+            return True  # the CLI's own default model
+        return bool(
+            _CLAUDE_ALIAS.match(model) or _CLAUDE_NAME.match(model) or _BEDROCK.match(model)
+        )
+    return True  # a backend this module does not know: nothing to say
+
+
+def unservable_message(backend: str, model: str) -> str:
+    """What C310 says about ``model`` on ``backend``, with the likely fix."""
+    model = shorten(model, 80)
+    if backend == "claw":
+        hint = "it serves scripted, anthropic/<model> and openai/<model>"
+        if serves("claude_code", model):
+            hint += f"; write 'anthropic/{model}', or set 'backend: claude_code'"
+        return f"backend claw cannot serve model '{model}': {hint}"
+    hint = "the claude CLI knows claude-… names and the aliases sonnet, opus and haiku"
+    if model.startswith("anthropic/") and serves("claude_code", model[len("anthropic/") :]):
+        hint += f"; write '{model[len('anthropic/') :]}' (the 'anthropic/' prefix is not stripped)"
+    elif serves("claw", model):
+        hint += "; this model is for backend claw"
+    return f"backend claude_code cannot serve model '{model}': {hint}"
