@@ -19,8 +19,19 @@ def _id(name: str) -> str:
     return f"n_{name}"
 
 
-def _label(text: str) -> str:
-    return '"' + text.replace('"', "#quot;") + '"'
+#: Mermaid entity codes for what a label must not contain as such: ``#`` first
+#: (Mermaid reads ``#…;`` as an entity), the quote that ends the label, and
+#: HTML, which Mermaid would render inside the node.
+_ENTITIES = {"#": "#35;", '"': "#quot;", "<": "#60;", ">": "#62;", "&": "#38;"}
+
+
+def _text(text: str) -> str:
+    """Text from the source (a condition, an event name) shown as text in a label."""
+    return "".join(_ENTITIES.get(ch, ch) for ch in text)
+
+
+def _label(markup: str) -> str:
+    return f'"{markup}"'
 
 
 def _node_label(node: m.Node) -> str:
@@ -30,13 +41,13 @@ def _node_label(node: m.Node) -> str:
     elif isinstance(node, m.AgentNode) and node.interaction != "none":
         detail = f"{node.kind}, interaction: {node.interaction}"
     elif isinstance(node, m.AwaitAnswersNode):
-        origin = node.from_node or "whole run"
+        origin = _text(node.from_node or "whole run")
         detail = f"await_answers from {origin}, timeout {node.timeout_seconds:g}s"
     elif isinstance(node, m.WaitNode | m.EmitNode):
-        detail = f"{node.kind} {node.event}"
+        detail = f"{node.kind} {_text(node.event)}"
     if node.await_mode:
         detail += f", await {node.await_mode}"
-    return f"{node.name}<br/><small>{detail}</small>"
+    return f"{_text(node.name)}<br/><small>{detail}</small>"
 
 
 def edge_label(edge: m.Edge, loops: dict[str, m.Loop]) -> str:
@@ -64,6 +75,6 @@ def to_mermaid(wf: m.Workflow) -> str:
     for edge in wf.edges:
         arrow = "-.->" if edge.loop else "-->"
         label = edge_label(edge, wf.loops)
-        text = f"|{_label(label)}|" if label else ""
+        text = f"|{_label(_text(label))}|" if label else ""
         lines.append(f"  {_id(edge.src)} {arrow}{text} {_id(edge.dst)}")
     return "\n".join(lines) + "\n"

@@ -1,22 +1,27 @@
-"""The Markdown report: renders in JupyterLab (tables, a Mermaid graph); agent text escaped."""
+"""The Markdown report: renders in JupyterLab (tables, a Mermaid graph); agent text inert.
+
+Every piece of text an agent or a person wrote goes through
+:func:`~iterion_nb.report.mdsafe.inline` (table cells, headings) or sits in a
+fenced code block (outputs, the graph), so no renderer turns it into a link,
+an image or HTML; see :mod:`iterion_nb.report.mdsafe`.
+"""
 
 from __future__ import annotations
 
 import json
-from html import escape
 from typing import Any
 
 from iterion_nb.ir.mermaid import to_mermaid
 from iterion_nb.report.build import ReportData, answer_text, seconds, stamp, summary_rows
+from iterion_nb.report.mdsafe import fenced, inline
 
 #: Longest event data shown in full in Markdown.
 EVENT_DATA_CHARS = 200
 
 
 def cell(value: Any) -> str:
-    """Text safe inside a Markdown table cell: HTML escaped, pipes escaped, one line."""
-    text = escape(str(value), quote=False).replace("|", "\\|")
-    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+    """Text inert inside a Markdown table cell or heading (see :func:`mdsafe.inline`)."""
+    return inline(value)
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
@@ -31,14 +36,14 @@ def to_markdown(data: ReportData) -> str:
     out = [f"# Run {cell(run.id)} · {cell(run.workflow)} · {cell(run.status)}", ""]
     if data.live:
         out += [
-            f"> **Live run.** This run is still {run.status}: the report shows its state as of "
-            f"{stamp(data.generated_at)}.",
+            f"> **Live run.** This run is still {cell(run.status)}: the report shows its state"
+            f" as of {stamp(data.generated_at)}.",
             "",
         ]
     out += ["## Summary", "", *_table(["", ""], [list(r) for r in summary_rows(data)]), ""]
     out += ["## Workflow", ""]
     if data.workflow is not None:
-        out += ["```mermaid", to_mermaid(data.workflow).rstrip(), "```", ""]
+        out += [*fenced(to_mermaid(data.workflow).rstrip(), "mermaid"), ""]
     else:
         out += ["(the workflow's source is not available)", ""]
     out += ["## Timeline", ""]
@@ -54,8 +59,8 @@ def to_markdown(data: ReportData) -> str:
     if not data.outputs:
         out += ["No node has produced an output yet.", ""]
     for name, value in data.outputs.items():
-        text = json.dumps(value, indent=2, ensure_ascii=False, default=str).replace("```", "` ` `")
-        out += [f"### {cell(name)}", "", "```json", text, "```", ""]
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+        out += [f"### {cell(name)}", "", *fenced(text, "json"), ""]
     out += ["## Questions", ""]
     if data.interactions:
         out += [*_table(
