@@ -60,3 +60,8 @@ class HolderClient:
                 "unreachable",
                 f"cannot reach the store holder at {self.holder.url}: {err.reason}",
             ) from None
+        except (ConnectionError, TimeoutError, OSError, ValueError) as err:
+            # the holder went away mid-request (reset, closed, cut-off or garbled reply)
+            raise HolderCallError(
+                0, "unreachable", f"the store holder at {self.holder.url} did not answer: {err}"
+            ) from None

@@ -109,6 +109,15 @@ class Holder:
         atexit.register(self._unpublish)
         return self
 
+    @property
+    def running(self) -> bool:
+        """Whether the server still serves (it has not been stopped)."""
+        return self._thread.is_alive() and self._stopping is None
+
+    def rebind(self, service: RunService) -> None:
+        """Answer the run routes through ``service`` from now on (same loop)."""
+        self._service._service = service
+
     def _serve(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop

@@ -85,6 +85,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 # -- clients ---------------------------------------------------------------------
+class Unreachable(Exception):  # noqa: N818 - a condition, handled by working on the file
+    """The holder did not answer (it died or is stopping)."""
+
+
 class HttpClient:
     """Talks to the holder's REST API; an error response becomes a CliError with its message."""
 
@@ -92,10 +96,12 @@ class HttpClient:
         self._client = HolderClient(holder)
 
     async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One request."""
+        """One request; Unreachable when nobody answers (before anything was sent for a read)."""
         try:
             return await self._client.call(method, path, body)
         except HolderCallError as err:
+            if err.status == 0 and method == "GET":
+                raise Unreachable(str(err)) from None
             raise CliError(str(err), EXIT_OWNED if err.code == "run_owned" else 1) from None
 
 
@@ -196,9 +202,13 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     holder = find_holder(resolve_store_path(args.store))
     action = args.verb if args.command == "runs" else "cancel"
     try:
+        result = None
         if holder is not None:
-            result = await _remote(HttpClient(holder), args, action)
-        else:
+            try:
+                result = await _remote(HttpClient(holder), args, action)
+            except Unreachable:
+                holder = None  # it died: work on the file (once its lock is free)
+        if holder is None:
             result = await _direct(args, action)
     except RunOwnedError as err:
         raise CliError(str(err), EXIT_OWNED) from None

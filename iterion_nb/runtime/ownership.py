@@ -62,7 +62,7 @@ class Claimant:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists on this host."""
+    """Whether a process with this pid runs on this host (a zombie does not)."""
     if pid <= 0:
         return False
     try:
@@ -71,7 +71,12 @@ def pid_alive(pid: int) -> bool:
         return False
     except (PermissionError, OSError):
         return True
-    return True
+    try:  # Linux: a killed process its parent has not reaped yet is a zombie
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X")
 
 
 def lease_alive(lease: Lease | None, now: datetime) -> bool:

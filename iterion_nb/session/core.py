@@ -95,27 +95,23 @@ class Session:
         self._final_outputs: dict[str, dict[str, Any]] = {}
         self._scenarios: dict[str, Scenario] = {}
         self._serve = serve
+        self._closed = False
         self.holder: Holder | None = None
 
     def _took_over(self, local: Store) -> None:
         """The holder we used died and this process opened the file: serve it now."""
         if self._serve and self.holder is None and isinstance(local, DuckDBStore):
-            from iterion_nb.session.service import SessionService
-
-            loop = asyncio.get_running_loop()
-            self.holder = Holder(SessionService(self), local, local.path, loop).start()
+            self.holder = _serving.join(self, local)
 
     def serve(self) -> Holder | None:
         """Serve the REST API for this session's DuckDB file (done by start and resume).
 
         Other processes (the CLI, another kernel, the Jupyter server) find the
-        server through the holder file and use the store through it.
+        server through the holder file and use the store through it. Sessions
+        of one process on one file share one server.
         """
         if self.holder is None and self._serve and isinstance(self.store, DuckDBStore):
-            from iterion_nb.session.service import SessionService
-
-            loop = asyncio.get_running_loop()
-            self.holder = Holder(SessionService(self), self.store, self.store.path, loop).start()
+            self.holder = _serving.join(self, self.store)
         return self.holder
 
     # -- starting and resuming ----------------------------------------------
@@ -332,7 +328,13 @@ class Session:
         return self._engines.get(run_id)
 
     async def close(self) -> None:
-        """Cancel this session's live runs (they stay resumable), release the rest, close."""
+        """Cancel this session's live runs (they stay resumable), release the rest, close.
+
+        Closing twice does nothing more.
+        """
+        if self._closed:
+            return
+        self._closed = True
         for engine in list(self._engines.values()):
             engine.stop(Outcome("cancelled"))
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
@@ -346,7 +348,48 @@ class Session:
         if closer is not None:
             await closer()
         if self.holder is not None:
-            self.holder.stop()
+            _serving.leave(self, self.holder)
             self.holder = None
         if self._owns_store:
             await self.store.close()
+
+
+class _Serving:
+    """One holder server per DuckDB file in this process, shared by its sessions.
+
+    The server answers through one of them (the REST view of a session); when
+    that session closes while others remain, it answers through another.
+    """
+
+    def __init__(self) -> None:
+        self._by_path: dict[Path, tuple[Holder, list[Session]]] = {}
+
+    def join(self, session: Session, store: DuckDBStore) -> Holder:
+        from iterion_nb.session.service import SessionService
+
+        entry = self._by_path.get(store.path)
+        if entry is not None and entry[0].running:
+            entry[1].append(session)
+            return entry[0]
+        loop = asyncio.get_running_loop()
+        holder = Holder(SessionService(session), store, store.path, loop).start()
+        self._by_path[store.path] = (holder, [session])
+        return holder
+
+    def leave(self, session: Session, holder: Holder) -> None:
+        from iterion_nb.session.service import SessionService
+
+        entry = self._by_path.get(holder.db_path)
+        if entry is None or entry[0] is not holder:
+            holder.stop()
+            return
+        sessions = [s for s in entry[1] if s is not session]
+        if sessions:
+            self._by_path[holder.db_path] = (holder, sessions)
+            holder.rebind(SessionService(sessions[0]))
+            return
+        del self._by_path[holder.db_path]
+        holder.stop()
+
+
+_serving = _Serving()

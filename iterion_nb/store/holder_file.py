@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from iterion_nb.runtime.ownership import pid_alive
+
 
 @dataclass(frozen=True)
 class HolderInfo:
@@ -23,14 +25,8 @@ def holder_file(db_path: Path) -> Path:
 
 
 def alive(pid: int) -> bool:
-    """Whether a process with this pid exists."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether a process with this pid runs (a zombie does not)."""
+    return pid_alive(pid)
 
 
 def find_holder(db_path: Path) -> HolderInfo | None:

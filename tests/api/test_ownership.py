@@ -8,6 +8,7 @@ file says how many times each node ran, whoever ran it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -342,3 +343,41 @@ async def test_a_run_started_from_the_cli_executes_through_a_holder_and_hears_it
     assert result["status"] == "finished"
     # the gate woke on the holder's pushed ring, not on its 5 s fallback poll
     assert took < 3.0, took
+
+
+async def test_an_interrupted_run_says_so_on_every_surface(tmp_path: Path) -> None:
+    from iterion_nb.widgets import RunWidget
+
+    db = tmp_path / "runs.duckdb"
+    owner = start_owner(tmp_path, db, chain(2, 0.01, slow=0))
+    wait_for(lambda: ran(tmp_path)["t0"])
+    kill(owner)
+    (tmp_path / "go").touch()
+    listed = cli("runs", "list", "--store", str(db))
+    assert "r1  interrupted" in listed.stdout
+    shown = json.loads(cli("runs", "show", "r1", "--json", "--store", str(db)).stdout)
+    assert shown["status"] == "interrupted" and shown["owner"] is None
+    report = cli("report", "r1", "--format", "md", "--store", str(db))
+    assert "interrupted" in report.stdout.splitlines()[0]
+    session = Session(db, workdir=tmp_path)
+    try:
+        holder = session.serve()
+        assert holder is not None
+        request = urllib.request.Request(
+            f"{holder.url}/api/runs/r1", headers={"Authorization": f"Bearer {holder.token}"}
+        )
+
+        def get() -> dict[str, Any]:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return dict(json.loads(response.read()))
+
+        body = await asyncio.to_thread(get)
+        assert body["status"] == "interrupted"
+        widget = RunWidget(session.store, "r1")
+        await widget.refresh()
+        assert widget.status == "interrupted"
+        widget.close()
+        html = await session.run("r1").report("html")
+        assert "interrupted" in html
+    finally:
+        await session.close()

@@ -50,7 +50,7 @@ SCENARIO = {
 @pytest.fixture
 def shell(tmp_path: Path) -> Iterator[InteractiveShell]:
     ip = InteractiveShell.instance()
-    ip.user_ns.update({"scenario": SCENARIO, "store": str(tmp_path / "store")})
+    ip.user_ns.update({"scenario": SCENARIO, "store": str(tmp_path / "store"), "WF": WORKFLOW})
     run(ip, "%load_ext iterion_nb")
     yield ip
     run(ip, "%unload_ext iterion_nb")
@@ -198,6 +198,23 @@ def test_cancel_resume_and_timeout(
     assert isinstance(resumed, LiveRun) and resumed.id == handle.id
     ok(shell, "await r.answer(q.id, 'formal')")
     assert ok(shell, "%iterion wait {r.id}") == "finished"
+
+
+def test_resume_of_a_run_another_session_owns_is_one_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # another owner in this process (another kernel would be another process: same rule)
+    ok(shell, "import iterion_nb as it\nother = it.Session(store)")
+    ok(shell, "h = await other.start(it.compile(WF), vars={'topic': 't'}, scenario=scenario)")
+    ok(shell, "q = await h.next_question(timeout=10)")
+    result = run(shell, "%iterion resume {h.id} --store $store")
+    _, err = capsys.readouterr()
+    assert not result.success
+    assert err.startswith("UsageError: %iterion resume: run ") and "is owned by process" in err
+    assert err.count("\n") == 1, err
+    ok(shell, "await h.answer(q.id, 'formal')")
+    assert ok(shell, "await h.wait(10)") == "finished"
+    ok(shell, "await other.close()")
 
 
 def test_unload_and_reload(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:

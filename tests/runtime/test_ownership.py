@@ -200,3 +200,30 @@ async def test_closing_a_session_lets_go_of_its_parked_runs(db: Path, tmp_path: 
     finally:
         await other.close()
         await store.close()
+
+
+async def test_sessions_of_one_process_share_one_server(tmp_path: Path) -> None:
+    """A notebook with the magics' session and a Session of its own serves one API, not two."""
+    import json
+    import urllib.request
+
+    from iterion_nb.store.holder_file import holder_file
+
+    first, second = Session(tmp_path / "store"), Session(tmp_path / "store")
+    try:
+        assert first.serve() is second.serve() is not None
+        run = await second.start(it.compile(GATE))
+        assert await run.wait(10) == "paused_waiting_human"
+        await first.close()  # the session that started the server goes: it keeps serving
+        holder = second.holder
+        assert holder is not None and holder.running
+        published = json.loads(holder_file(holder.db_path).read_text())
+        request = urllib.request.Request(
+            f"{published['url']}/api/runs/{run.id}",
+            headers={"Authorization": f"Bearer {published['token']}"},
+        )
+        body = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(request).read()))
+        assert body["status"] == "paused_waiting_human"
+    finally:
+        await first.close()
+        await second.close()

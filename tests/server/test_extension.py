@@ -25,7 +25,7 @@ from pytest_jupyter.jupyter_server import *  # noqa: F403
 from pytest_jupyter.pytest_tornasync import *  # noqa: F403
 from tornado.httpclient import HTTPClientError
 
-from iterion_nb.store.holder_file import find_holder
+from iterion_nb.store.holder_file import find_holder, holder_file
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).parent / "iterion-nb"
@@ -200,3 +200,50 @@ def test_browser_posts_need_the_xsrf_token(
     )
     assert without == 403  # cookie alone: refused
     assert with_xsrf == 404 and body["code"] == "not_found"  # with the XSRF token: served
+
+
+def test_the_cli_runs_a_workflow_while_the_jupyter_server_holds_the_store(
+    jp_asyncio_loop: Any, jp_fetch: Any, store_path: Path
+) -> None:
+    """With JupyterLab open the server holds the file, yet ``iterion-nb run`` works as usual."""
+    import os
+
+    loop = jp_asyncio_loop
+    assert fetch(loop, jp_fetch, "runs") == {"runs": []}  # the server opened the store...
+    published = holder_file(store_path).read_text()
+    assert json.loads(published)["pid"] == os.getpid()  # ...and holds it (this process)
+    proc = subprocess.Popen(
+        [str(CLI), "run", str(ROOT / "examples" / "async_questions.iter"),
+         "--scenario", str(ROOT / "examples" / "async_questions.scenario.yaml"),
+         "--store", str(store_path), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for _ in range(400):
+            runs = fetch(loop, jp_fetch, "runs")["runs"]
+            if runs:
+                break
+            time.sleep(0.05)
+        (run,) = runs
+        assert run["status"] == "running" and run["owner"]["pid"] == proc.pid
+        questions = pending(loop, jp_fetch, run["id"], 2)
+        for question, answer in zip(questions, ("formal", "the inbox first"), strict=True):
+            body = json.dumps({"answer": answer, "answered_by": "jupyter"})
+            outcome = fetch(loop, jp_fetch, "runs", run["id"], "interactions", question["id"],
+                            "answer", method="POST", body=body)  # fmt: skip
+            assert outcome == {"queued": True, "resumed": False}
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert json.loads(out)["status"] == "finished"
+    assert holder_file(store_path).read_text() == published  # the server held it all along
+    done = fetch(loop, jp_fetch, "runs", run["id"])
+    assert done["status"] == "finished" and done["owner"] is None
+    # resuming is not the server's job: it says so, in JSON
+    with pytest.raises(HTTPClientError) as info:
+        fetch(loop, jp_fetch, "runs", run["id"], "resume", method="POST", body="{}")
+    assert info.value.code == 409
+    assert json.loads(info.value.response.body)["code"] == "not_resumable"
