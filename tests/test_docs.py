@@ -35,3 +35,18 @@ def test_quickstart_example_run(tmp_path: Path) -> None:
     assert lines[-3].endswith(": finished")
     assert "'title': 'iterion_nb 0.1'" in lines[-2]
     assert lines[-1].endswith("2 answers recorded")
+
+
+def test_claude_code_example_runs_offline(tmp_path: Path) -> None:
+    """The documented Claude Code example: the real CLI, against the loopback scenario server."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "run_claude_code.py"), "--store", str(tmp_path)],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].endswith("started on claude_code")
+    assert sum("-> answering" in line for line in lines) == 2
+    assert lines[-3].endswith(": finished"), proc.stdout
+    assert "'title': 'iterion_nb 0.1'" in lines[-2]
+    assert "'gatherer'" in lines[-1] and "'finalizer'" in lines[-1]

@@ -61,15 +61,14 @@ def backend_for(
 ) -> Backend:  # fmt: skip
     """The backend a run executes with.
 
-    A session given its own backend uses it as is. Otherwise the default
-    backends, with ``scenario`` (or the one the run recorded) for the
-    scripted model, defaulting nodes that name no backend to the one the
-    run was launched with, else the workflow's ``default_backend``.
+    A session given its own backend uses it (a scenario cannot change it);
+    otherwise the default backends, with ``scenario`` (or the one the run
+    recorded) for the scripted model. Either way, a router of backends sends
+    nodes that name none to the backend the run was launched with, else to
+    the workflow's ``default_backend``.
     """
-    if custom:
-        return base
     chosen = scenario if scenario is not None else launch.get("scenario")
-    backend = default_backends(chosen) if chosen is not None else base
+    backend = default_backends(chosen) if chosen is not None and not custom else base
     if isinstance(backend, BackendRouter):
         backend = backend.with_default(launch.get("backend") or wf.default_backend)
     return backend
