@@ -3,7 +3,8 @@
 Run: ``.venv/bin/python benchmarks/compile_scaling.py [--repeat R] [--shapes a,b]``.
 
 For each shape of input (a deep ``input.b.b.b…`` reference in an expression,
-the same in a ``{{…}}`` template, a long prompt body, many nodes) it compiles
+the same in a ``{{…}}`` template, a long prompt body, many nodes, a chain of
+fan-outs whose branches never meet) it compiles
 sources of about 10 KB, 100 KB and 2 MB and prints, per size, the compile
 time, the time per KB, and the time per KB of what the size adds (the
 compile time minus that of the shape's smallest source, so that a fixed
@@ -66,11 +67,22 @@ def many_nodes(size: int) -> str:
     return chain(max(1, int(size / per_node)))
 
 
+def fan_outs(size: int) -> str:
+    """A chain of ``fan_out_all`` routers whose branches run on and never meet."""
+    stage = 'router r{i}:\n  mode: fan_out_all\n\nagent a{i}:\n  model: "scripted"\n\n'
+    edge = "  r{i} -> a{i}\n  r{i} -> done\n  a{i} -> {nxt}\n"
+    count = max(1, size // (len(stage) + len(edge) + 6))
+    parts = [stage.format(i=i) for i in range(count)]
+    edges = [edge.format(i=i, nxt=f"r{i + 1}" if i + 1 < count else "done") for i in range(count)]
+    return "".join(parts) + "workflow w:\n  entry: r0\n" + "".join(edges)
+
+
 SHAPES: dict[str, Callable[[int], str]] = {
     "expr-reference": expr_reference,
     "template-reference": template_reference,
     "prompt": prompt_body,
     "nodes": many_nodes,
+    "fan-outs": fan_outs,
 }
 
 

@@ -7,6 +7,7 @@ order. The widget draws the result as SVG; nothing is fetched.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from iterion_nb.ir import model as m
@@ -23,12 +24,10 @@ def graph_layout(wf: m.Workflow) -> dict[str, Any]:
     back: set[tuple[str, str]] = set()
     # breadth-first from the entry; an edge to a node already placed at or before
     # its source is a loop's way back
-    queue = [wf.entry]
+    queue = deque([wf.entry])
     while queue:
-        src = queue.pop(0)
-        for edge in wf.edges:
-            if edge.src != src:
-                continue
+        src = queue.popleft()
+        for edge in wf.outgoing(src):  # not every edge for every node: that was quadratic
             if edge.dst in depth:
                 if depth[edge.dst] <= depth[src]:
                     back.add((edge.src, edge.dst))

@@ -7,6 +7,7 @@ from collections import deque
 from iterion_nb.dsl.diagnostics import Diagnostics
 from iterion_nb.ir import model as m
 from iterion_nb.ir.build import Draft
+from iterion_nb.ir.joins import check_joins
 from iterion_nb.ir.models import serves, static_text, unservable_message
 from iterion_nb.ir.refs import RefChecker, input_fields, output_fields
 
@@ -56,15 +57,27 @@ def _by_source(edges: list[m.Edge]) -> dict[str, list[m.Edge]]:
 
 
 def _check_routing(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None:
+    # What feeds each node, once: a router's field conditions test its
+    # predecessors' outputs (scanning every edge per condition was quadratic).
+    feeders: dict[str, list[m.Node]] = {}
+    for edge in draft.edges:
+        if edge.src in draft.nodes:
+            feeders.setdefault(edge.dst, []).append(draft.nodes[edge.src])
     for src, outs in _by_source(edges).items():
         node = draft.nodes[src]
         if isinstance(node, m.RouterNode):
-            _check_router(node, outs, draft, diags)
+            _check_router(node, outs, feeders, draft, diags)
         else:
-            _check_plain_exits(node, outs, draft, diags)
+            _check_plain_exits(node, outs, feeders, draft, diags)
 
 
-def _check_router(node: m.RouterNode, outs: list[m.Edge], draft: Draft, diags: Diagnostics) -> None:
+def _check_router(
+    node: m.RouterNode,
+    outs: list[m.Edge],
+    feeders: dict[str, list[m.Node]],
+    draft: Draft,
+    diags: Diagnostics,
+) -> None:
     if node.mode == "round_robin" and len(outs) < 2:
         diags.add("C020", f"round_robin router '{node.name}' needs at least 2 edges", node.span)
     if node.mode == "llm":
@@ -78,10 +91,16 @@ def _check_router(node: m.RouterNode, outs: list[m.Edge], draft: Draft, diags: D
                     edge.condition.span,
                 )
     if node.mode == "condition":
-        _check_conditions(node, outs, draft, diags)
+        _check_conditions(node, outs, feeders, draft, diags)
 
 
-def _check_plain_exits(node: m.Node, outs: list[m.Edge], draft: Draft, diags: Diagnostics) -> None:
+def _check_plain_exits(
+    node: m.Node,
+    outs: list[m.Edge],
+    feeders: dict[str, list[m.Node]],
+    draft: Draft,
+    diags: Diagnostics,
+) -> None:
     plain = [e for e in outs if e.condition is None]
     for extra in plain[1:]:
         diags.add(
@@ -90,7 +109,7 @@ def _check_plain_exits(node: m.Node, outs: list[m.Edge], draft: Draft, diags: Di
             " (add 'when' or use a router)",
             extra.span,
         )
-    _check_conditions(node, outs, draft, diags)
+    _check_conditions(node, outs, feeders, draft, diags)
 
 
 def _condition_key(cond: m.Condition) -> str:
@@ -99,7 +118,13 @@ def _condition_key(cond: m.Condition) -> str:
     return "expr:" + "".join(cond.source.split())
 
 
-def _check_conditions(node: m.Node, outs: list[m.Edge], draft: Draft, diags: Diagnostics) -> None:
+def _check_conditions(
+    node: m.Node,
+    outs: list[m.Edge],
+    feeders: dict[str, list[m.Node]],
+    draft: Draft,
+    diags: Diagnostics,
+) -> None:
     seen: set[str] = set()
     fields: dict[str, set[bool]] = {}
     for edge in outs:
@@ -112,7 +137,7 @@ def _check_conditions(node: m.Node, outs: list[m.Edge], draft: Draft, diags: Dia
         seen.add(key)
         if isinstance(cond, m.FieldCondition):
             fields.setdefault(cond.field, set()).add(cond.negated)
-            _check_field(node, cond, draft, diags)
+            _check_field(node, cond, feeders.get(node.name, []), draft, diags)
     conditional = [e for e in outs if e.condition is not None]
     has_fallback = any(e.condition is None for e in outs)
     exhaustive = any(len(v) == 2 for v in fields.values())
@@ -130,12 +155,10 @@ def _check_conditions(node: m.Node, outs: list[m.Edge], draft: Draft, diags: Dia
         )
 
 
-def _check_field(node: m.Node, cond: m.FieldCondition, draft: Draft, diags: Diagnostics) -> None:
-    sources = [node]
-    if isinstance(node, m.RouterNode):
-        sources = [
-            draft.nodes[e.src] for e in draft.edges if e.dst == node.name and e.src in draft.nodes
-        ]
+def _check_field(
+    node: m.Node, cond: m.FieldCondition, feeders: list[m.Node], draft: Draft, diags: Diagnostics
+) -> None:
+    sources = feeders if isinstance(node, m.RouterNode) else [node]
     for source in sources:
         fields = output_fields(source, draft.schemas)
         if fields is None:
@@ -279,54 +302,12 @@ def _check_reach(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None:
 
 
 def _check_joins(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None:
-    """C060: where branches of one fan-out meet, the node must declare ``await:``.
-
-    Each branch is followed over non-loop edges until a node that declares
-    ``await:`` (where it ends). A node reached by several branches is a
-    meeting point when none of its predecessors already carried all of them;
-    nodes further down inherit the meeting and are not reported again.
-    """
-    succ = _successors(edges, skip_loops=True)
+    """C060 (see :mod:`iterion_nb.ir.joins`), over the non-loop edges."""
     pred: dict[str, list[str]] = {}
     for edge in edges:
         if edge.loop is None:
             pred.setdefault(edge.dst, []).append(edge.src)
-    for router in draft.nodes.values():
-        if not (isinstance(router, m.RouterNode) and router.mode == "fan_out_all"):
-            continue
-        starts = [d for d in succ.get(router.name, []) if d in draft.nodes]
-        if len(starts) < 2:
-            continue
-        branches: dict[str, set[int]] = {}
-        for index, start in enumerate(starts):
-            for name in _branch_nodes(start, router.name, succ, draft):
-                branches.setdefault(name, set()).add(index)
-        for name, seen_by in branches.items():
-            node = draft.nodes[name]
-            if len(seen_by) < 2 or node.await_mode is not None:
-                continue
-            if any(branches.get(p) == seen_by for p in pred.get(name, [])):
-                continue
-            diags.add(
-                "C060",
-                f"parallel branches of '{router.name}' meet at '{name}', which does not"
-                " declare 'await: wait_all' or 'await: best_effort'",
-                node.span,
-            )
-
-
-def _branch_nodes(start: str, router: str, succ: dict[str, list[str]], draft: Draft) -> set[str]:
-    seen = {start}
-    todo = [start]
-    while todo:
-        name = todo.pop()
-        if draft.nodes[name].await_mode is not None:
-            continue
-        for nxt in succ.get(name, []):
-            if nxt not in seen and nxt != router and nxt in draft.nodes:
-                seen.add(nxt)
-                todo.append(nxt)
-    return seen
+    check_joins(draft, _successors(edges, skip_loops=True), pred, diags)
 
 
 def _check_nodes(draft: Draft, diags: Diagnostics) -> None:
