@@ -170,10 +170,15 @@ class DuckDBBase:
         node_id: str | None = None, branch_id: str | None = None,
     ) -> None:  # fmt: skip
         """On the worker, inside a transaction: append one event now (not batched)."""
+        for text in (run_id, event_type, node_id or "", branch_id or ""):
+            _check_id(text)
         with self._seq_lock:
             if run_id not in self._next_seq:
                 self._next_seq[run_id] = self._first_seq(run_id)
             seq = self._next_seq[run_id]
             self._next_seq[run_id] = seq + 1
-        line = self._line(run_id, seq, event_type, node_id, branch_id, data)
-        self._con.execute(INSERT_EVENTS, [[line]])
+        at = _EPOCH.replace(tzinfo=None) + timedelta(microseconds=self._micros())
+        self._con.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [run_id, seq, event_type, at, node_id, branch_id, encode_json(data or {})],
+        )

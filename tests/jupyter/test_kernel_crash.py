@@ -108,6 +108,11 @@ def kernels(tmp_path: Path) -> Iterator[list[Kernel]]:
     yield made
     for kernel in made:
         kernel.close()
+    # jupyter_client's blocking calls cached an event loop of their own in
+    # jupyter_core; close it so later tests (Jupyter server fixtures) get a fresh one
+    from jupyter_core.utils import ensure_event_loop
+
+    ensure_event_loop().close()
 
 
 def ran(tmp_path: Path) -> Counter[str]:
