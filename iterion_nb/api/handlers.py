@@ -185,6 +185,17 @@ class PendingHandler(BaseHandler):
         await self.guarded(act, run_id)
 
 
+class InteractionsHandler(BaseHandler):
+    """``GET /api/runs/{id}/interactions``: every question, answered or not."""
+
+    async def get(self, run_id: str) -> None:
+        async def act() -> None:
+            found = await self.service.interactions(run_id)
+            self.reply({"interactions": [interaction_json(i) for i in found]})
+
+        await self.guarded(act, run_id)
+
+
 def _answered_by(data: dict[str, Any]) -> str:
     who = data.get("answered_by", "rest")
     if not isinstance(who, str) or not who or len(who) > 200:
@@ -269,6 +280,7 @@ def routes(
         (r"/api/runs", RunsHandler),
         (rf"/api/runs/{seg}", RunHandler),
         (rf"/api/runs/{seg}/events", EventsHandler),
+        (rf"/api/runs/{seg}/interactions", InteractionsHandler),
         (rf"/api/runs/{seg}/interactions/pending", PendingHandler),
         (rf"/api/runs/{seg}/interactions/{seg}/answer", AnswerHandler),
         (rf"/api/runs/{seg}/answer-human", AnswerHumanHandler),

@@ -231,6 +231,10 @@ class StoreService:
         await self.store.get_run(run_id)
         return [i for i in await self.store.pending_interactions(run_id) if i.kind != "await"]
 
+    async def interactions(self, run_id: str) -> list[Any]:
+        """Every question of a run (not the synthetic ``await`` records)."""
+        return [i for i in await self.store.interactions(run_id) if i.kind != "await"]
+
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
     ) -> dict[str, bool]:

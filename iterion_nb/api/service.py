@@ -36,6 +36,10 @@ class RunService(Protocol):
         """A run's unanswered questions."""
         ...
 
+    async def interactions(self, run_id: str) -> list[Interaction]:
+        """Every question of a run, answered or not, with its answer and who gave it."""
+        ...
+
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
     ) -> dict[str, bool]:

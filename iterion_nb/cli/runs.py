@@ -122,6 +122,9 @@ async def _direct(args: argparse.Namespace, action: str) -> Any:
         if action == "show":
             run = run_json(await service.get_run(args.run_id), full=True)
             run["events"] = [event_json(e) for e in await service.events(args.run_id, 0)][-20:]
+            run["interactions"] = [
+                interaction_json(i) for i in await service.interactions(args.run_id)
+            ]
             return run
         if action == "questions":
             return {
@@ -147,6 +150,7 @@ async def _remote(client: HttpClient, args: argparse.Namespace, action: str) -> 
     if action == "show":
         run = await client.call("GET", base)
         run["events"] = (await client.call("GET", base + "/events"))["events"][-20:]
+        run["interactions"] = (await client.call("GET", base + "/interactions"))["interactions"]
         return run
     if action == "questions":
         return await client.call("GET", base + "/interactions/pending")
@@ -279,6 +283,13 @@ def _shown(result: Any) -> list[str]:
         lines.append(f"  {node}: {json.dumps(output, ensure_ascii=False)[:200]}")
     lines += [f"  waiting: {q['id']} [{q['kind']}] {q['question']}"
               for q in result.get("questions", [])]  # fmt: skip
+    for q in result.get("interactions", []):
+        if q["answered_at"] is None:
+            lines.append(f"  asked: {q['id']} [{q['kind']}] {q['question']} (pending)")
+            continue
+        answer = json.dumps(q["answers"], ensure_ascii=False)[:200]
+        lines.append(f"  asked: {q['id']} [{q['kind']}] {q['question']}")
+        lines.append(f"    answered {answer} by {q['answered_by']} at {q['answered_at']}")
     return lines
 
 

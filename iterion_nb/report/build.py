@@ -70,10 +70,14 @@ class ReportData:
                 visit = Visit(node, event.at)
                 open_[key] = visit
                 visits.append(visit)
-            elif event.type in ("node_finished", "branch_finished") and key in open_:
+            elif event.type in ("node_finished", "node_failed", "branch_finished") and (
+                key in open_
+            ):
                 visit = open_.pop(key)
                 visit.ended = event.at
-                failed = event.type == "branch_finished" and event.data.get("how") == "failed"
+                failed = event.type == "node_failed" or (
+                    event.type == "branch_finished" and event.data.get("how") == "failed"
+                )
                 visit.state = "failed" if failed else "done"
         pending = {q.node_id for q in self.interactions if q.pending and q.kind != "async"}
         for visit in open_.values():

@@ -366,7 +366,12 @@ class Engine:
         emit = self.event_for(node.name, f.branch)
         await emit("node_started", {"kind": node.kind, "input": f.input})
         self.state.usage.iterations += 1
-        output = await self._nodes.run(node, f)
+        try:
+            output = await self._nodes.run(node, f)
+        except Exception as err:  # the node's own record of its failure, then the usual path
+            message = str(err) if isinstance(err, NodeError) else f"node '{node.name}': {err}"
+            await emit("node_failed", {"kind": node.kind, "error": message})
+            raise
         state = self.state
         state.visits[node.name] = state.visits.get(node.name, 0) + 1
         state.outputs[node.name] = output

@@ -97,6 +97,10 @@ class HolderOrFileService:
         """A run's unanswered questions."""
         return await self._store_service.pending(run_id)
 
+    async def interactions(self, run_id: str) -> list[Any]:
+        """Every question of a run, with its answer."""
+        return await self._store_service.interactions(run_id)
+
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
     ) -> dict[str, bool]:

@@ -36,6 +36,11 @@ class SessionService:
         await self.session.store.get_run(run_id)
         return await self.session.run(run_id).pending_questions()
 
+    async def interactions(self, run_id: str) -> list[Interaction]:
+        """Every question of a run (not the synthetic ``await`` records)."""
+        found = await self.session.store.interactions(run_id)
+        return [i for i in found if i.kind != "await"]
+
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
     ) -> dict[str, bool]:

@@ -97,7 +97,7 @@ CONNECT_CONFIG: dict[str, str | bool | int | float | list[str]] = {
 
 def _connect(path: Path) -> duckdb.DuckDBPyConnection:
     try:
-        return duckdb.connect(str(path), config=CONNECT_CONFIG)
+        con = duckdb.connect(str(path), config=CONNECT_CONFIG)
     except duckdb.IOException as err:
         text = str(err)
         if "lock" in text.lower():
@@ -106,6 +106,10 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
         raise StoreFileError(f"cannot open the run store {path}: {text}") from None
     except duckdb.Error as err:
         raise StoreFileError(f"cannot open the run store {path}: {err}") from None
+    # DuckDB draws a progress bar on stdout for queries over 2 s: into a notebook
+    # cell's output, or into `--json` output. Never (a setting of this connection).
+    con.execute("SET enable_progress_bar = false")
+    return con
 
 
 def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:

@@ -225,6 +225,14 @@ def test_cli_answers_a_run_live_in_another_process(tmp_path: Path) -> None:
         shown = cli("runs", "show", run_id, "--json", cwd=tmp_path)
         answers = json.loads(shown.stdout)["outputs"]["gate"]["answers"]
         assert [a["answer"] for a in answers] == ["from another process"] * 2
+        # who answered what, and when
+        asked = json.loads(shown.stdout)["interactions"]
+        assert [(q["kind"], q["answers"], q["answered_by"]) for q in asked] == [
+            ("async", "from another process", "cli")
+        ] * 2
+        assert all(q["answered_at"] for q in asked)
+        text = cli("runs", "show", run_id, cwd=tmp_path).stdout
+        assert text.count('answered "from another process" by cli at ') == 2
         assert not holder_file(db).exists()  # removed on a clean exit
     finally:
         if holder.poll() is None:
@@ -244,6 +252,9 @@ def test_cli_without_a_holder_works_on_the_file(tmp_path: Path) -> None:
     assert answered.stdout == "answer recorded; the run resumed; it is now finished\n"
     listed = cli("runs", "list", cwd=tmp_path)
     assert f"{result['id']}  finished" in listed.stdout
+    shown = json.loads(cli("runs", "show", result["id"], "--json", cwd=tmp_path).stdout)
+    (asked,) = shown["interactions"]
+    assert (asked["kind"], asked["answers"], asked["answered_by"]) == ("human", "yes", "cli")
     missing = cli("runs", "show", "nope", cwd=tmp_path)
     assert (missing.returncode, missing.stderr) == (1, "iterion-nb: no run 'nope'\n")
     bad_var = cli("run", "gate.iter", "--var", "oops", cwd=tmp_path)

@@ -161,3 +161,17 @@ def test_durations_read_well() -> None:
     assert [seconds(x) for x in (0.421, 12.34, 245, 7380)] == [
         "0.42 s", "12.3 s", "4 min 05 s", "2 h 03 min"
     ]  # fmt: skip
+
+
+async def test_a_failing_tool_node_is_a_failed_step_in_the_timeline(tmp_path: Path) -> None:
+    flow = 'tool broken:\n  command: "exit 3"\n\nworkflow w:\n  entry: broken\n  broken -> done\n'
+    session = Session(tmp_path / "store", workdir=tmp_path)
+    try:
+        run = await session.start(it.compile(flow))
+        assert await run.wait(10) == "failed_resumable"
+        md = await run.report()
+    finally:
+        await session.close()
+    row = next(line for line in md.splitlines() if line.startswith("| broken |"))
+    assert row.startswith("| broken | failed |"), row
+    assert "| — |" not in row  # the step is closed: it has an end time

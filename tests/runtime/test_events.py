@@ -88,6 +88,10 @@ async def test_every_spec_event_type_is_emitted(make_session: SessionFactory) ->
     }  # fmt: skip
     assert by_type["budget_warning"].data == {"kind": "max_tokens", "limit": 10, "used": 9}
     assert by_type["branch_started"].data["group"] == by_type["join_ready"].data["group"]
+    # the failing tool records its own failure, so a timeline can close that step
+    failed = [e for e in events if e.type == "node_failed"]
+    assert [(e.node_id, e.data["kind"]) for e in failed] == [("broken", "tool")]
+    assert failed[0].data["error"].startswith("node 'broken': command exited with 1")
 
 
 async def test_budget_exceeded_is_emitted(make_session: SessionFactory) -> None:

@@ -323,3 +323,15 @@ async def test_reading_events_never_holds_back_a_checkpoint(tmp_path: Path) -> N
     await store.close()
     assert seen is not None, "the checkpoint never reached the file while events were read"
     assert seen < 0.5
+
+
+async def test_duckdb_never_draws_its_progress_bar(tmp_path: Path) -> None:
+    """A slow query must not print DuckDB's progress bar into a cell or `--json` output."""
+    store = open_duckdb_store(tmp_path / "s.duckdb")
+    try:
+        setting = await store._call(
+            lambda: store._con.execute("SELECT current_setting('enable_progress_bar')").fetchone()
+        )
+        assert setting == (False,)
+    finally:
+        await store.close()
