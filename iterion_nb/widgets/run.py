@@ -39,9 +39,9 @@ def node_states(events: list[Event], pending_blocking: set[str]) -> dict[str, st
             states[node] = "running"
         elif event.type == "node_finished":
             states[node] = "done"
-        elif event.type == "node_failed":
-            states[node] = "failed"
-        elif event.type == "branch_finished" and (event.data or {}).get("how") == "failed":
+        elif event.type == "node_failed" or (
+            event.type == "branch_finished" and (event.data or {}).get("how") == "failed"
+        ):
             states[node] = "failed"
     for node in pending_blocking:
         states[node] = "parked"
