@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import iterion_nb as it
+from iterion_nb.dsl.diagnostics import render_all
 from iterion_nb.dsl.loading import MAX_SOURCE_BYTES
 
 CASES: dict[str, tuple[bytes, str, int, int]] = {
@@ -178,3 +179,40 @@ def test_durations_up_to_thirty_days_are_accepted(timeout: str, seconds: float) 
 def test_numbers_at_the_limit_are_accepted() -> None:
     wf = it.compile(AGENT.format("max_tokens: 9223372036854775807"))
     assert getattr(wf.nodes["a"], "max_tokens", None) == 2**63 - 1
+
+
+#: Inputs that a regex or a scan made quadratic, each at a size where that took
+#: minutes; linear, they take a few milliseconds, so the bound is generous.
+SLOW_SHAPES: dict[str, tuple[str, str]] = {
+    "'${' without '}' many times": ("prompt p:\n  " + "${" * 200_000 + "\n", "C059"),
+    "a long number before a wrong unit": (TOOL.format('"' + "9" * 200_000 + 'x"'), "C055"),
+    "a long number in a duration": (TOOL.format('"' + "1" * 200_000 + 's"'), "C302"),
+    "'{{' without '}}' many times": ("prompt p:\n  " + "{{" * 100_000 + "\n", "S004"),
+    "a deep expression": (EXPR.format("(" * 1_000_000), "C300"),
+}
+
+
+@pytest.mark.parametrize("name", list(SLOW_SHAPES))
+def test_no_quadratic_scan(name: str) -> None:
+    import time
+
+    text, code = SLOW_SHAPES[name]
+    start = time.perf_counter()
+    result = it.analyze(text)
+    assert time.perf_counter() - start < 5
+    assert code in {d.code for d in result.diagnostics}
+    assert len(render_all(result.diagnostics, result.source)) < 5000
+
+
+def test_long_words_are_cut_in_messages() -> None:
+    result = it.analyze("a" * 100_000 + "\n")
+    assert all(len(d.message) < 300 for d in result.diagnostics)
+
+
+def test_past_the_cap_the_rest_is_dropped_and_not_worked_on() -> None:
+    many = "x\n" * 250
+    first = it.analyze(many).diagnostics
+    assert len(first) == 200 and {d.code for d in first} == {"S001"}
+    assert [d.line for d in first] == list(range(1, 201))
+    # later syntax and property errors cannot change what is reported
+    assert it.analyze(many + "agent a:\n  bogus: 1\n" + "y z\n" * 1000).diagnostics == first

@@ -76,13 +76,15 @@ class Diagnostics:
         severity: Severity | None = None,
     ) -> None:
         """Record a problem; the severity defaults to the code's own."""
+        if len(self._items) >= MAX_DIAGNOSTICS:
+            # Past the cap only a count is kept (duplicates included): no set
+            # of every message of a garbage file.
+            self.truncated += 1
+            return
         key = (code, span, message)
         if key in self._seen:
             return
         self._seen.add(key)
-        if len(self._items) >= MAX_DIAGNOSTICS:
-            self.truncated += 1
-            return
         sev = severity or CODES[code].severity
         self._items.append(Diagnostic(code, Severity(sev), message, span))
 
@@ -90,6 +92,11 @@ class Diagnostics:
         """Append already-built diagnostics."""
         for d in other:
             self.add(d.code, d.message, d.span, d.severity)
+
+    @property
+    def full(self) -> bool:
+        """Whether the cap is reached: further problems are only counted."""
+        return len(self._items) >= MAX_DIAGNOSTICS
 
     def __iter__(self) -> Iterator[Diagnostic]:
         return iter(self._items)

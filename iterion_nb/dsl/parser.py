@@ -9,6 +9,7 @@ so that no input can exhaust Python's recursion limit.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TypeVar, cast
 
@@ -29,6 +30,10 @@ class _Abort(Exception):  # noqa: N818 - unwinds, is never shown
 
 class _TooDeep(_Abort):
     """Unwinds a value nested past the limit after C300 was recorded."""
+
+
+class _Full(Exception):  # noqa: N818 - unwinds, is never shown
+    """Stops parsing: the diagnostics are at their cap, so nothing more would be shown."""
 
 
 class Parser:
@@ -153,6 +158,8 @@ class Parser:
         """The lines of a block, from its ``INDENT`` to its ``DEDENT``."""
         self._advance()
         while not self._at(TokenKind.DEDENT) and not self._at(TokenKind.EOF):
+            if self.diags.full:
+                raise _Full()
             if self._at(TokenKind.INDENT):
                 self._error("unexpected indentation", self.tok.span)
                 self._skip_block()
@@ -168,9 +175,18 @@ class Parser:
 
     # -- module ----------------------------------------------------------
     def parse_module(self, source: Source) -> ast.Module:
-        """Parse every declaration of the file."""
+        """Parse every declaration of the file (until the diagnostics are at their cap)."""
         decls: list[ast.Declaration] = []
+        with contextlib.suppress(_Full):
+            self._declarations(decls)
+        last = max(len(source.lines), 1)
+        span = Span(1, 1, last, len(source.line_text(last)) + 1)
+        return ast.Module(tuple(decls), span)
+
+    def _declarations(self, decls: list[ast.Declaration]) -> None:
         while not self._at(TokenKind.EOF):
+            if self.diags.full:
+                raise _Full()
             if self._at(TokenKind.NEWLINE) or self._at(TokenKind.DEDENT):
                 self._advance()
                 continue
@@ -184,9 +200,6 @@ class Parser:
             except _Abort:
                 if self.pos == start or self.toks[self.pos - 1].kind is not TokenKind.NEWLINE:
                     self._skip_statement()
-        last = max(len(source.lines), 1)
-        span = Span(1, 1, last, len(source.line_text(last)) + 1)
-        return ast.Module(tuple(decls), span)
 
     def _declaration(self) -> ast.Declaration:
         head = self.tok

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+from iterion_nb.dsl.limits import shorten
 from iterion_nb.dsl.source import Span
 
 
@@ -56,7 +57,7 @@ class Token(NamedTuple):
     def describe(self) -> str:
         """How an error message names this token."""
         if self.kind in (TokenKind.IDENT, TokenKind.NUMBER):
-            return f"'{self.text}'"
+            return f"'{shorten(self.text)}'"
         if self.kind is TokenKind.STRING:
             return "a string"
         return self.kind.value

@@ -74,6 +74,10 @@ def _analyze(text: str | bytes, name: str) -> CompileResult:
     if source is None:
         return CompileResult(Source(name, ""), tuple(diags.sorted()), None)
     module = parse_source(source, diags)
+    if diags.full and diags.has_errors:
+        # Nothing the later checks find could be shown (the list is at its
+        # cap) and there is no workflow to build: garbage input stops here.
+        return CompileResult(source, tuple(diags.sorted()), None)
     draft = Builder(diags).build(module)
     validate(draft, diags)
     workflow = None

@@ -28,6 +28,7 @@ tree (a chain ``a + b + …`` is one level per operator) are each limited to
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from iterion_nb.dsl.limits import (
@@ -156,8 +157,12 @@ class _Tok:
     offset: int
 
 
-def _lex(text: str) -> list[_Tok]:
-    toks: list[_Tok] = []
+def _lex(text: str) -> Iterator[_Tok]:
+    """The tokens of ``text``, made as the parser asks for them.
+
+    Lazily, so that a parse that stops early (too deep, a syntax error) does
+    not first lex megabytes it will never look at.
+    """
     pos = 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -171,10 +176,9 @@ def _lex(text: str) -> list[_Tok]:
             value = m.group()
             if kind == "name" and value in _WORD_OPS:
                 kind, value = "op", _WORD_OPS[value]
-            toks.append(_Tok(kind, value, pos))
+            yield _Tok(kind, value, pos)
         pos = m.end()
-    toks.append(_Tok("end", "", len(text)))
-    return toks
+    yield _Tok("end", "", len(text))
 
 
 def _unquote(text: str) -> str:
@@ -202,17 +206,14 @@ class _ExprParser:
     """
 
     def __init__(self, text: str) -> None:
-        self.toks = _lex(text)
-        self.i = 0
+        self._tokens = _lex(text)
+        self.tok = next(self._tokens)
         self.depth = 0
 
-    @property
-    def tok(self) -> _Tok:
-        return self.toks[self.i]
-
     def _take(self) -> _Tok:
-        tok = self.toks[self.i]
-        self.i = min(self.i + 1, len(self.toks) - 1)
+        tok = self.tok
+        if tok.kind != "end":
+            self.tok = next(self._tokens)
         return tok
 
     def _found(self) -> str:

@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.limits import shorten
 from iterion_nb.dsl.source import Span
 
 # Possessive quantifiers: no backtracking state per segment, so a reference
 # of a million segments is checked in linear time (it was 6x slower per
 # segment at that size).
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*+(?:\.[A-Za-z_][A-Za-z0-9_]*+)*+\Z")
-_ENV = re.compile(r"\$\{([^}]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -128,11 +128,11 @@ def parse_template(text: str, line: int, column: int, diags: Diagnostics) -> Tem
         span = Span(line, column + start, line, column + end + 2)
         path = inner.strip()
         if not _PATH.match(path):
-            shown = path or "nothing"
+            shown = shorten(path) or "nothing"
             diags.add(
                 "C004",
-                f"malformed template reference '{{{{{inner}}}}}': expected a dotted name"
-                f" such as vars.x, found {shown!r}",
+                f"malformed template reference '{{{{{shorten(inner)}}}}}': expected a dotted"
+                f" name such as vars.x, found {shown!r}",
                 span,
             )
         else:
@@ -158,33 +158,35 @@ def parse_lines(lines: list[tuple[str, int, int]], diags: Diagnostics) -> Templa
 def _text_with_env(
     text: str, line: int, column: int, parts: list[Part], diags: Diagnostics
 ) -> None:
+    # str.find, not a regex: r"\$\{([^}]*)\}" rescans the rest of the line from
+    # every "${" that has no "}", which is quadratic in a line of "${${${...".
     pos = 0
-    for m in _ENV.finditer(text):
-        if m.start() > pos:
-            parts.append(TextPart(text[pos : m.start()]))
-        span = Span(line, column + m.start(), line, column + m.end())
-        body = m.group(1)
+    while (start := text.find("${", pos)) >= 0:
+        end = text.find("}", start + 2)
+        if end < 0:
+            diags.add(
+                "C059",
+                "unterminated environment reference: '${' has no closing '}'",
+                Span.point(line, column + start, 2),
+            )
+            break
+        if start > pos:
+            parts.append(TextPart(text[pos:start]))
+        span = Span(line, column + start, line, column + end + 1)
+        body = text[start + 2 : end]
         name, sep, default = body.partition(":-")
         if not _ENV_NAME.match(name):
             diags.add(
                 "C059",
-                f"bad environment reference '${{{body}}}': expected ${{NAME}} or"
+                f"bad environment reference '${{{shorten(body)}}}': expected ${{NAME}} or"
                 " ${NAME:-default}",
                 span,
             )
         else:
             parts.append(EnvPart(name, default if sep else None, span))
-        pos = m.end()
-    rest = text[pos:]
-    open_at = rest.find("${")
-    if open_at >= 0:
-        diags.add(
-            "C059",
-            "unterminated environment reference: '${' has no closing '}'",
-            Span.point(line, column + pos + open_at, 2),
-        )
-    if rest:
-        parts.append(TextPart(rest))
+        pos = end + 1
+    if pos < len(text):
+        parts.append(TextPart(text[pos:]))
 
 
 def _merge(parts: list[Part]) -> tuple[Part, ...]:

@@ -23,7 +23,10 @@ from iterion_nb.dsl.limits import (
 from iterion_nb.ir.model import SCALAR_TYPES, TypeSpec
 from iterion_nb.ir.templates import Template, parse_template
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+# Matched at each position in turn (not finditer, which would rescan a long
+# run of digits from every start, quadratically), possessive so that a part
+# that fails fails at once.
+_DURATION_PART = re.compile(r"([0-9]++(?:\.[0-9]++)?+)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -49,14 +52,13 @@ def parse_duration(text: str) -> float | None:
         pass
     total = 0.0
     pos = 0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
+    while pos < len(text):
+        m = _DURATION_PART.match(text, pos)
+        if m is None:
             return None
         total += _amount(m.group(1)) * _UNIT_SECONDS[m.group(2)]
         pos = m.end()
-    if pos != len(text) or pos == 0:
-        return None
-    return total
+    return total if pos else None
 
 
 def describe(value: ast.Value) -> str:
