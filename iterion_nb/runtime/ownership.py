@@ -20,7 +20,8 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from iterion_nb.runtime.records import Lease, Run
+from iterion_nb.errors import ResumeError, RunOwnedError
+from iterion_nb.runtime.records import Lease, Run, RunStatus
 
 #: How long a lease lasts without renewal (seconds).
 DEFAULT_TTL = 10.0
@@ -103,3 +104,31 @@ def effective_status(run: Run, now: datetime) -> Run:
     if run.lease is not None:
         return replace(run, lease=None)
     return run
+
+
+def check_acquire(
+    run: Run,
+    owner: Claimant,
+    statuses: tuple[RunStatus, ...],
+    take_from: str | None = None,
+) -> datetime | None:
+    """Whether ``owner`` may take ``run`` (seen with its effective status); the lease's ``since``.
+
+    Returns the ``since`` to keep (the owner re-taking a run it keeps
+    parked), or None for a new lease. ``take_from`` names a claimant whose
+    lease may be taken over as if the run had no owner — a hand-over, such as
+    a notebook that queued a run letting the cluster worker that executes it
+    take it (the run is then ``running`` under that claimant).
+
+    Raises:
+        RunOwnedError: Another live owner holds it.
+        ResumeError: Its status is not one of ``statuses``.
+    """
+    held = run.lease
+    handed = held is not None and take_from is not None and held.owner == take_from
+    if held is not None and held.owner != owner.id and not handed:
+        raise RunOwnedError(run.id, held.pid, held.host, held.since)
+    allowed = (*statuses, "running") if handed else statuses
+    if run.status not in allowed:
+        raise ResumeError(f"run '{run.id}' is {run.status} and cannot be resumed")
+    return held.since if held is not None and not handed else None

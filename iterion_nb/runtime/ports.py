@@ -68,12 +68,18 @@ class Store(Protocol):
 
     # -- ownership -------------------------------------------------------------
     async def acquire_run(
-        self, run_id: str, owner: Claimant, *, statuses: tuple[RunStatus, ...] = RESUMABLE
+        self,
+        run_id: str,
+        owner: Claimant,
+        *,
+        statuses: tuple[RunStatus, ...] = RESUMABLE,
+        take_from: str | None = None,
     ) -> Run:
         """Take the run to execute it, atomically; it becomes ``running``, owned by ``owner``.
 
         The owner that already holds the run may take it again (to resume a
-        run it keeps parked).
+        run it keeps parked). A run ``take_from`` holds is handed over, even
+        ``running`` (see :func:`~iterion_nb.runtime.ownership.check_acquire`).
 
         Raises:
             NotFoundError: No such run.

@@ -16,11 +16,9 @@ from iterion_nb.errors import (
     ConflictError,
     LeaseLostError,
     NotFoundError,
-    ResumeError,
-    RunOwnedError,
     StoreError,
 )
-from iterion_nb.runtime.ownership import Claimant, effective_status
+from iterion_nb.runtime.ownership import Claimant, check_acquire, effective_status
 from iterion_nb.runtime.ports import UNSET
 from iterion_nb.runtime.records import RESUMABLE, LeaseReport, Run, RunStatus, encode_json
 from iterion_nb.store.duckdb_base import DuckDBBase
@@ -161,17 +159,18 @@ class RunTables(DuckDBBase):
 
     # -- ownership -----------------------------------------------------------
     async def acquire_run(
-        self, run_id: str, owner: Claimant, *, statuses: tuple[RunStatus, ...] = RESUMABLE
+        self,
+        run_id: str,
+        owner: Claimant,
+        *,
+        statuses: tuple[RunStatus, ...] = RESUMABLE,
+        take_from: str | None = None,
     ) -> Run:
         def body() -> Run:
             now = self._clock()
             run = effective_status(self._stored_run(run_id), now)
-            held = run.lease
-            if held is not None and held.owner != owner.id:
-                raise RunOwnedError(run_id, held.pid, held.host, held.since)
-            if run.status not in statuses:
-                raise ResumeError(f"run '{run_id}' is {run.status} and cannot be resumed")
-            lease = owner.lease(now, held.since if held is not None else None)
+            since = check_acquire(run, owner, statuses, take_from)
+            lease = owner.lease(now, since)
             self._con.execute(
                 f"UPDATE runs SET status = 'running', error = NULL, cancel_requested = false,"
                 f" updated_at = ?, {_SET_LEASE} WHERE id = ?",

@@ -320,9 +320,16 @@ class RemoteStore:
         return await self._call("list_runs", **kwargs)
 
     async def acquire_run(
-        self, run_id: str, owner: Claimant, *, statuses: tuple[str, ...] = RESUMABLE
+        self,
+        run_id: str,
+        owner: Claimant,
+        *,
+        statuses: tuple[str, ...] = RESUMABLE,
+        take_from: str | None = None,
     ) -> Any:
-        return await self._call("acquire_run", run_id, owner, statuses=list(statuses))
+        return await self._call(
+            "acquire_run", run_id, owner, statuses=list(statuses), take_from=take_from
+        )
 
     async def renew_leases(self, owner: Claimant, run_ids: list[str]) -> Any:
         return await self._call("renew_leases", owner, run_ids)

@@ -193,3 +193,18 @@ async def test_an_answer_and_its_event_are_one_record(store: Store) -> None:
         ("interaction_answered",
          {"interaction_id": "q1", "kind": "async", "answered_by": "ana"}, "gatherer"),
     ]  # fmt: skip
+
+
+async def test_a_run_is_handed_over_to_the_claimant_it_was_queued_for(store: Store) -> None:
+    queue, worker, stranger = owner(ttl=60), owner(), owner()
+    await store.create_run(make_run(status="running"), owner=queue)  # queued for a worker
+    with pytest.raises(RunOwnedError):
+        await store.acquire_run("r1", stranger)
+    with pytest.raises(RunOwnedError):
+        await store.acquire_run("r1", stranger, take_from="someone else")
+    taken = await store.acquire_run("r1", worker, take_from=queue.id)
+    assert taken.status == "running" and taken.lease is not None
+    assert taken.lease.owner == worker.id and taken.lease.pid == worker.pid
+    # handed over once: the token no longer opens it
+    with pytest.raises(RunOwnedError):
+        await store.acquire_run("r1", stranger, take_from=queue.id)
