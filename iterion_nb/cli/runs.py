@@ -24,7 +24,7 @@ from iterion_nb.ir import compile_file
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.session import RunHandle, Session, SessionService
-from iterion_nb.store import resolve_store_path
+from iterion_nb.store import DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.remote import open_store
 
@@ -46,6 +46,11 @@ def add_commands(sub: Any) -> None:
     run.add_argument("file")
     run.add_argument("--var", action="append", default=[], metavar="K=V")
     run.add_argument("--scenario", help="the scripted model's scenario (YAML or JSON)")
+    _cluster(run)
+    run.add_argument(
+        "--detach", action="store_true",
+        help="with a cluster: print the run id and return; the run goes on there",
+    )  # fmt: skip
     _common(run)
     runs = sub.add_parser("runs", help="list runs, show one, list or answer its questions")
     verbs = runs.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -67,6 +72,7 @@ def add_commands(sub: Any) -> None:
     resume.add_argument("run_id")
     resume.add_argument("--force", action="store_true", help="even if the source changed")
     resume.add_argument("--scenario")
+    _cluster(resume)
     _common(resume)
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id")
@@ -77,6 +83,13 @@ def add_commands(sub: Any) -> None:
                         help="default: from the -o file's suffix, else md")  # fmt: skip
     report.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     report.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
+
+
+def _cluster(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster", metavar="ADDRESS",
+        help="execute on a Dask cluster, e.g. tcp://HOST:8786 (default: ITERION_NB_CLUSTER)",
+    )  # fmt: skip
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -105,9 +118,11 @@ class HttpClient:
             raise CliError(str(err), EXIT_OWNED if err.code == "run_owned" else 1) from None
 
 
-def _session(store: str | None, *, serve: bool, scenario: str | None = None) -> Session:
+def _session(
+    store: str | None, *, serve: bool, scenario: str | None = None, cluster: str | None = None
+) -> Session:
     try:
-        return Session(store, scenario=scenario, serve=serve)
+        return Session(store, scenario=scenario, serve=serve, cluster=cluster)
     except IterionError as err:
         raise CliError(str(err)) from None
 
@@ -223,13 +238,25 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
-    session = _session(args.store, serve=True, scenario=args.scenario)
+    session = _session(args.store, serve=True, scenario=args.scenario, cluster=args.cluster)
+    detach = getattr(args, "detach", False)
     try:
+        if detach and session.executor is None:
+            raise CliError("--detach needs a cluster (--cluster ADDRESS or ITERION_NB_CLUSTER)", 2)
+        if detach and isinstance(session.store, DuckDBStore):  # we hold the file: it would go
+            raise CliError(
+                "--detach needs a store that outlives this command: a postgresql:// URL, or"
+                " a store another process holds (a kernel, JupyterLab)",
+                2,
+            )
         if args.command == "run":
             variables = dict(_pair(v) for v in args.var)
             handle = await session.start(compile_file(Path(args.file)), vars=variables)
         else:
-            handle = await session.resume(args.run_id, force=args.force)
+            handle = await session.resume(args.run_id, force=args.force, scenario=args.scenario)
+        if detach:
+            out.write(json.dumps({"id": handle.id}) + "\n" if args.json else f"{handle.id}\n")
+            return 0
         if not args.json:
             out.write(f"run {handle.id} running (answer its questions with `iterion-nb runs"
                       f" answer {handle.id} ID TEXT` from another terminal)\n")  # fmt: skip

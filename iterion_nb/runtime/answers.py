@@ -145,21 +145,27 @@ class AnswerService:
         parked_elsewhere = run.lease is not None and (
             self.resumer is None or run.lease.owner != self.resumer.claimant.id
         )
-        if parked_elsewhere and await self._handed_over(run_id):
-            return True  # its owner heard the doorbell and resumed it
+        # a cluster's workers take up a run of theirs once answered (see session.cluster)
+        cluster = run.launch.get("executor") == "dask" and self.resumer is None
+        if (parked_elsewhere or cluster) and await self._handed_over(run_id, cluster):
+            return True  # its owner (or a cluster worker) heard the doorbell and resumed it
         return await self._resume_here(run_id, by)
 
-    async def _handed_over(self, run_id: str) -> bool:
-        """Wait until the owner of a parked run resumes it; False if the owner is gone."""
+    async def _handed_over(self, run_id: str, unowned_ok: bool) -> bool:
+        """Wait until whoever should resume a parked run does; False if nobody will.
+
+        ``unowned_ok``: the run has no owner and something else (a cluster's
+        watcher) takes it up.
+        """
         deadline = time.monotonic() + HANDOFF_SECONDS
         while time.monotonic() < deadline:
             run = await self.store.get_run(run_id)
             if run.status != "paused_waiting_human":
                 return True
-            if run.lease is None:
+            if run.lease is None and not unowned_ok:
                 return False  # its owner died or let go meanwhile
             await asyncio.sleep(0.02)
-        return True  # still owned and alive: it resumes at its next look
+        return not unowned_ok  # still owned and alive: it resumes at its next look
 
     async def _resume_here(self, run_id: str, by: str) -> bool:
         if self.resumer is None:

@@ -32,12 +32,14 @@ from iterion_nb.runtime.records import Run as RunRecord
 from iterion_nb.runtime.records import RunStatus, utcnow
 from iterion_nb.runtime.state import Frontier, RunState
 from iterion_nb.runtime.values import resolve_vars
+from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, DaskExecutor
 from iterion_nb.session.handle import RunHandle
 from iterion_nb.session.launch import (
     Scenario,
     backend_for,
     default_backends,
     scenario_data,
+    store_spec,
     workflow_of,
 )
 from iterion_nb.session.leases import LeaseKeeper
@@ -58,6 +60,11 @@ class Session:
         poll_interval: The fallback poll of ``await_answers`` and parked runs, in seconds.
         serve: Serve the store's REST API when this session holds the DuckDB file.
         lease_seconds: How long this session's leases last without renewal.
+        cluster: Execute runs on a Dask cluster: a scheduler address or a
+            ``distributed.Client`` (default: ``ITERION_NB_CLUSTER``; ``False``:
+            in this process whatever the environment says).
+        parking: Keep a run that pauses owned here and resume it when answered
+            (a cluster worker does not: a parked run holds no process).
     """
 
     def __init__(
@@ -70,6 +77,8 @@ class Session:
         poll_interval: float = 5.0,
         serve: bool = True,
         lease_seconds: float = DEFAULT_TTL,
+        cluster: Any = None,
+        parking: bool = True,
     ) -> None:
         if store is None or isinstance(store, str | os.PathLike):
             self.store: Store = open_store(store, on_take_over=self._took_over)
@@ -97,6 +106,12 @@ class Session:
         self._serve = serve
         self._closed = False
         self.holder: Holder | None = None
+        self.parking = parking
+        self.executor: DaskExecutor | None = None
+        if cluster is None:
+            cluster = os.environ.get(CLUSTER_ENV) or None
+        if cluster:
+            self.executor = DaskExecutor(cluster, store_spec(store, self.store))
 
     def _took_over(self, local: Store) -> None:
         """The holder we used died and this process opened the file: serve it now."""
@@ -139,6 +154,9 @@ class Session:
         launch: dict[str, Any] = {}
         if backend is not None:
             launch["backend"] = backend
+        if self.executor is not None:
+            launch["executor"] = EXECUTOR
+            launch["workdir"] = str(self.workdir.absolute())
         recorded = scenario_data(scenario if scenario is not None else self._scenario)
         if recorded is not None and not self._custom_backend:
             launch["scenario"] = recorded
@@ -149,6 +167,11 @@ class Session:
             launch=launch,
         )  # fmt: skip
         self.serve()
+        if self.executor is not None:  # held for the cluster until a worker takes it over
+            queue = self.executor.queue_claimant()
+            await self.store.create_run(run, owner=queue)
+            self.executor.submit(run.id, queue.id)
+            return RunHandle(self, run.id)
         await self.store.create_run(run, owner=self.claimant)
         self.leases.hold(run.id)
         state = RunState(vars=values)
@@ -165,6 +188,7 @@ class Session:
         force: bool = False,
         answered_by: str = "python",
         scenario: Scenario | None = None,
+        take_from: str | None = None,
     ) -> RunHandle:
         """Resume a paused, interrupted, failed-resumable or cancelled run here.
 
@@ -173,7 +197,9 @@ class Session:
         that owner and nothing changes. ``answers`` (interaction id -> answer)
         are recorded once the run is ours. Without ``workflow`` the run's own
         source is used; a different source is refused unless ``force``. The
-        scripted model uses ``scenario``, else the one the run recorded.
+        scripted model uses ``scenario``, else the one the run recorded. With
+        a cluster, the run is taken for it and executes on a worker; a worker
+        takes a run queued for it with ``take_from`` (the queue's claimant).
         """
         self.serve()
         record = await self.store.get_run(run_id)
@@ -183,7 +209,9 @@ class Session:
         wf, text = self._workflow_for(record, workflow, force)
         for iid in answers or {}:
             await self.answers.question(run_id, iid)
-        run = await self.store.acquire_run(run_id, self.claimant)
+        if self.executor is not None and take_from is None:
+            return await self._resume_on_cluster(run_id, wf, text, answers, answered_by)
+        run = await self.store.acquire_run(run_id, self.claimant, take_from=take_from)
         self.leases.hold(run_id)
         self._unpark(run_id)
         try:
@@ -222,6 +250,20 @@ class Session:
             )
         return wf, text
 
+    async def _resume_on_cluster(
+        self, run_id: str, wf: m.Workflow, text: str, answers: dict[str, Any] | None, by: str
+    ) -> RunHandle:
+        """Take the run for the cluster (atomically), record the answers, queue it."""
+        assert self.executor is not None
+        queue = self.executor.queue_claimant()
+        run = await self.store.acquire_run(run_id, queue)
+        for iid, answer in (answers or {}).items():
+            await self.store.answer(iid, answer, answered_by=by)
+        if text != run.source:
+            await self.store.update_run(run_id, source_hash=wf.source_hash, source=text)
+        self.executor.submit(run_id, queue.id)
+        return RunHandle(self, run_id)
+
     async def resume_answered(self, run_id: str, answered_by: str) -> None:
         """Resume a run whose awaited answers are all in (the answer service calls this)."""
         await self.resume(run_id, answered_by=answered_by)
@@ -237,7 +279,7 @@ class Session:
         backend = backend_for(self.backend, self._custom_backend, launch, wf, scenario)
         engine = Engine(
             wf, self.store, backend, run_id, state, owner=self.claimant.id,
-            workdir=self.workdir, poll_interval=self.poll_interval, park=True,
+            workdir=self.workdir, poll_interval=self.poll_interval, park=self.parking,
             guard=lambda: self.leases.guard(run_id),
         )  # fmt: skip
         self._engines[run_id] = engine
@@ -347,6 +389,8 @@ class Session:
         closer = getattr(self.backend, "close", None)
         if closer is not None:
             await closer()
+        if self.executor is not None:
+            self.executor.close()
         if self.holder is not None:
             _serving.leave(self, self.holder)
             self.holder = None

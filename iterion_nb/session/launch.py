@@ -48,6 +48,24 @@ def scenario_data(scenario: Scenario | None) -> dict[str, Any] | None:
         raise RunError(f"scenario: {err}") from None
 
 
+def store_spec(given: Any, store: Any) -> str:
+    """How a cluster worker opens this session's store: its URL, or its DuckDB file's path.
+
+    Raises:
+        RunError: The store is neither (an in-memory store cannot be shared).
+    """
+    if isinstance(given, str) and "://" in given:
+        return given
+    for attribute in ("url", "path"):
+        value = getattr(store, attribute, None)
+        if value is not None:
+            return str(os.fspath(value))
+    raise RunError(
+        "runs on a cluster need a store the workers can open: a postgresql:// URL"
+        " (or a DuckDB path on this machine)"
+    )
+
+
 def workflow_of(workflow: m.Workflow | str, source: str | None) -> tuple[m.Workflow, str]:
     """The compiled workflow and its source text."""
     if isinstance(workflow, str):

@@ -118,8 +118,12 @@ class RemoteStore:
         doorbell: Doorbell | None = None,
         on_take_over: Callable[[Store], None] | None = None,
         batch_interval: float = BATCH_INTERVAL,
+        take_over: bool = True,
     ) -> None:
         self.path = path
+        #: Whether this process may open the file itself when its holder is gone
+        #: (a cluster worker may not: it only ever uses a holder's store).
+        self.take_over = take_over
         self.holder = holder
         self.doorbell = doorbell or Doorbell()
         self.doorbell.on_arm = self._listen
@@ -224,6 +228,9 @@ class RemoteStore:
         if successor is not None and successor != failed:
             with self._lock:
                 self.holder = successor  # another process took over: use it
+            return
+        if not self.take_over:
+            await asyncio.sleep(0.2)  # wait for a successor to publish itself
             return
         try:
             local = open_duckdb_store(self.path, doorbell=self.doorbell)

@@ -1,0 +1,173 @@
+"""Runs on a Dask cluster: a run is a task on a worker that ends when the run finishes or parks.
+
+The notebook (or CLI) that launches a run records it in the store, holds it
+for the cluster under a *queue* claimant, and submits :func:`execute_run`;
+the worker that executes the task takes the run over from the queue
+(``acquire_run(take_from=…)``), runs it under its own lease, and returns when
+the run finishes, fails or pauses. A paused run keeps no process: its lease
+is released.
+
+Every worker runs a :class:`RunWatcher` (registered by the first client as a
+worker plugin, so workers that start later get it too). It hears the store's
+doorbell — LISTEN/NOTIFY on PostgreSQL — and submits a task for any cluster
+run that can go on: a paused run whose awaited answers are all in (whoever
+answered, even a process that exited at once), or an interrupted run whose
+worker died. Tasks for one run and state share a key, and taking a run is
+atomic in the store, so a run executes once however many watchers react.
+
+Python tools registered in a notebook (``@iterion_nb.tool``) are not on the
+workers; tools must be importable there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from iterion_nb.errors import IterionError, ResumeError, RunOwnedError, StoreError
+from iterion_nb.runtime.ownership import Claimant
+from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.records import Run, RunStatus
+
+log = logging.getLogger("iterion_nb.cluster")
+
+#: Environment variable naming the cluster (a scheduler address).
+CLUSTER_ENV = "ITERION_NB_CLUSTER"
+#: ``launch["executor"]`` of the runs the cluster executes.
+EXECUTOR = "dask"
+#: How long a queued run stays reserved for the cluster before it reads interrupted.
+QUEUE_TTL = 60.0
+#: Seconds between a watcher's full looks for runs to go on (between rings).
+SCAN_INTERVAL = 5.0
+#: The watcher plugin's name on the cluster.
+PLUGIN = "iterion-run-watcher"
+
+_stores: dict[str, Store] = {}
+_stores_lock = threading.Lock()
+
+
+def worker_store(spec: str) -> Store:
+    """This worker process's store for ``spec`` (opened once, shared by its tasks).
+
+    A URL (PostgreSQL) is opened as usual. A DuckDB file is only ever used
+    through the process that holds it: a worker never holds the file itself.
+
+    Raises:
+        StoreError: No live process holds that DuckDB file.
+    """
+    from pathlib import Path
+
+    from iterion_nb.store.holder_file import find_holder
+    from iterion_nb.store.remote import RemoteStore, open_store
+
+    with _stores_lock:
+        store = _stores.get(spec)
+        if store is not None and not getattr(store, "closed", False):
+            return store
+        if "://" in spec:
+            store = open_store(spec)
+        else:
+            holder = find_holder(Path(spec))
+            if holder is None:
+                raise StoreError(
+                    f"no process holds the run store {spec}: cluster workers use a DuckDB store"
+                    " only through the process that holds it (use a postgresql:// store)"
+                )
+            store = RemoteStore(Path(spec), holder, take_over=False)
+        _stores[spec] = store
+        return store
+
+
+def _client(cluster: Any) -> Any:
+    """A ``distributed.Client`` for ``cluster`` (an address, or a client already)."""
+    try:
+        import distributed
+    except ImportError:
+        raise IterionError(
+            "running on a cluster needs Dask distributed: pip install 'iterion-nb[dask]'"
+        ) from None
+    if isinstance(cluster, distributed.Client):
+        return cluster
+    try:
+        return distributed.Client(  # type: ignore[no-untyped-call]
+            str(cluster), set_as_default=False, timeout="10s"
+        )
+    except (OSError, TimeoutError) as err:
+        raise IterionError(f"cannot reach the Dask scheduler at {cluster}: {err}") from None
+
+
+class DaskExecutor:
+    """Submits runs of a store to a Dask cluster; registers the watcher on its workers."""
+
+    def __init__(self, cluster: Any, store_spec: str) -> None:
+        self.client = _client(cluster)
+        self._own_client = self.client is not cluster
+        self.store_spec = store_spec
+        from iterion_nb.session.watcher import RunWatcher
+
+        # one watcher per store on every worker (registering it again changes nothing)
+        self.client.register_plugin(RunWatcher(store_spec), name=f"{PLUGIN}:{store_spec}")
+
+    @staticmethod
+    def queue_claimant() -> Claimant:
+        """A claimant that holds a run for the cluster until a worker takes it over."""
+        return Claimant.here(QUEUE_TTL)
+
+    def submit(self, run_id: str, take_from: str) -> None:
+        """Execute ``run_id`` on a worker (the task outlives this client)."""
+        import distributed
+
+        future = self.client.submit(
+            execute_run, self.store_spec, run_id, take_from,
+            key=f"iterion-run-{run_id}-{take_from}", pure=False,
+        )  # fmt: skip
+        distributed.fire_and_forget(future)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        """Let go of the client (runs go on on the cluster)."""
+        if self._own_client:
+            self.client.close()
+
+
+def execute_run(store_spec: str, run_id: str, take_from: str | None) -> str:
+    """The Dask task: take the run and execute it until it finishes, fails or pauses."""
+    return asyncio.run(_execute(store_spec, run_id, take_from))
+
+
+async def _execute(store_spec: str, run_id: str, take_from: str | None) -> str:
+    from iterion_nb.session.core import Session
+
+    store = worker_store(store_spec)
+    # tools run where the launching process asked, when this machine has that directory
+    wanted = (await store.get_run(run_id)).launch.get("workdir")
+    workdir = wanted if isinstance(wanted, str) and os.path.isdir(wanted) else os.getcwd()
+    session = Session(store, cluster=False, parking=False, workdir=workdir, serve=False)
+    try:
+        handle = await session.resume(run_id, answered_by="cluster", take_from=take_from)
+        status: RunStatus = await handle.wait()
+        return status
+    except RunOwnedError:
+        return "owned elsewhere"  # another task of this run took it first
+    except ResumeError as err:
+        return f"not resumable: {err}"
+    finally:
+        await session.close()
+
+
+async def submit_resume(client: Any, store_spec: str, run: Run) -> None:
+    """One task per run and state: watchers reacting together submit it once."""
+    import distributed
+
+    key = f"iterion-resume-{run.id}-{run.updated_at.timestamp()}"
+    submit: Callable[[], Any] = lambda: client.submit(  # noqa: E731
+        execute_run, store_spec, run.id, None, key=key, pure=False
+    )
+    future = await asyncio.to_thread(submit)
+    distributed.fire_and_forget(future)  # type: ignore[no-untyped-call]
+
+
+__all__ = ["CLUSTER_ENV", "DaskExecutor", "execute_run", "submit_resume", "worker_store"]

@@ -1,0 +1,115 @@
+"""The worker plugin that resumes cluster runs when they can go on (imports Dask: load lazily)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
+import distributed
+
+from iterion_nb.errors import IterionError
+from iterion_nb.runtime.answers import ready_to_resume
+from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.records import Run, RunStatus
+from iterion_nb.session.cluster import EXECUTOR, SCAN_INTERVAL, log, submit_resume, worker_store
+
+
+class RunWatcher(distributed.WorkerPlugin):
+    """A Dask worker plugin: submits a task for every cluster run that can go on.
+
+    It runs a thread of its own, with its own event loop, so it never delays
+    the worker's tasks.
+    """
+
+    idempotent = True
+
+    def __init__(self, store_spec: str, scan_interval: float = SCAN_INTERVAL) -> None:
+        self.store_spec = store_spec
+        self.scan_interval = scan_interval
+        # made on the worker (setup): the plugin travels pickled to each worker
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store_spec": self.store_spec, "scan_interval": self.scan_interval,
+                "_stop": None, "_thread": None}  # fmt: skip
+
+    def setup(self, worker: Any) -> None:
+        """Start watching (a worker plugin hook)."""
+        address = worker.scheduler.address
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._watch(address)), name="iterion-watcher", daemon=True
+        )
+        self._thread.start()
+
+    def teardown(self, worker: Any) -> None:
+        """Stop watching (a worker plugin hook)."""
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _watch(self, scheduler: str) -> None:
+        client = await asyncio.to_thread(
+            distributed.Client, scheduler, set_as_default=False, timeout="30s"
+        )
+        store = None
+        assert self._stop is not None
+        while store is None:  # a DuckDB store waits for a process to hold (and serve) it
+            try:
+                store = worker_store(self.store_spec)
+            except IterionError as err:
+                log.info("iterion_nb watcher: %s", err)
+                if self._stop.wait(self.scan_interval):
+                    await asyncio.to_thread(client.close)
+                    return
+        rung: set[str] = set()
+        unsubscribe = store.doorbell.subscribe(rung.add)  # type: ignore[attr-defined]
+        try:
+            await self._loop(store, client, rung)
+        finally:
+            unsubscribe()
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(client.close)
+
+    async def _loop(self, store: Store, client: Any, rung: set[str]) -> None:
+        bell = store.doorbell  # type: ignore[attr-defined]
+        loop = asyncio.get_running_loop()
+        last_scan = 0.0
+        assert self._stop is not None
+        while not self._stop.is_set():
+            with bell.arm() as ticket:
+                keys = set(rung)
+                rung.clear()
+                try:
+                    if loop.time() - last_scan >= self.scan_interval:
+                        last_scan = loop.time()
+                        await self._scan(store, client)
+                    for run_id in keys:
+                        await self._consider(store, client, run_id)
+                except Exception as err:  # the store or scheduler is away: look again later
+                    log.warning("iterion_nb watcher: %s", err)
+                await ticket.wait(timeout=min(1.0, self.scan_interval))
+
+    async def _scan(self, store: Store, client: Any) -> None:
+        statuses: tuple[RunStatus, ...] = ("interrupted", "paused_waiting_human")
+        for status in statuses:
+            for run in await store.list_runs(status=status, limit=100_000):
+                await self._go_on(store, client, run)
+
+    async def _consider(self, store: Store, client: Any, run_id: str) -> None:
+        if run_id == "*":
+            await self._scan(store, client)
+            return
+        with contextlib.suppress(IterionError):
+            await self._go_on(store, client, await store.get_run(run_id))
+
+    async def _go_on(self, store: Store, client: Any, run: Run) -> None:
+        if run.launch.get("executor") != EXECUTOR or run.lease is not None:
+            return
+        if run.status == "paused_waiting_human" and not await ready_to_resume(store, run):
+            return
+        if run.status not in ("interrupted", "paused_waiting_human"):
+            return
+        await submit_resume(client, self.store_spec, run)

@@ -1,0 +1,316 @@
+"""Runs on a real Dask LocalCluster (processes, 2 workers): park, resume, kill a worker, race.
+
+The store is a DuckDB file this test process holds and serves; the workers
+are its clients (RemoteStore), and hear its doorbell through the holder.
+Tool nodes append ``name-PID`` to ``ran.txt``, so the file tells which node
+ran, how often, and in which process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import iterion_nb as it
+from iterion_nb.errors import ResumeError, RunOwnedError
+from iterion_nb.session import Session
+
+distributed = pytest.importorskip("distributed")
+
+CLI = str(Path(sys.executable).parent / "iterion-nb")
+
+GATE = """\
+tool before:
+  command: "echo before-$PPID >> ran.txt"
+
+human gate:
+  instructions: "Ship it?"
+
+tool after:
+  command: "echo after-$PPID >> ran.txt"
+
+workflow w:
+  entry: before
+  before -> gate
+  gate -> after
+  after -> done
+"""
+
+SLOW = """\
+tool one:
+  command: "echo one-$PPID >> ran.txt"
+
+tool slow:
+  command: "echo slow-$PPID >> ran.txt; while [ ! -f go ]; do sleep 0.05; done"
+
+tool two:
+  command: "echo two-$PPID >> ran.txt"
+
+workflow w:
+  entry: one
+  one -> slow
+  slow -> two
+  two -> done
+"""
+
+ANSWER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from iterion_nb.store.remote import open_store
+
+    async def main():
+        store = open_store(sys.argv[1])
+        await store.answer(sys.argv[2], "yes", answered_by="elsewhere")
+        await store.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+def cluster_up(workers: int = 2) -> Any:
+    return distributed.LocalCluster(
+        n_workers=workers, threads_per_worker=2, processes=True, dashboard_address=None
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    made = cluster_up()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+async def session(
+    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Session]:
+    monkeypatch.chdir(tmp_path)
+    made = Session(tmp_path / "store", cluster=cluster.scheduler_address, workdir=tmp_path)
+    yield made
+    await made.close()
+
+
+def ran(tmp_path: Path) -> Counter[str]:
+    path = tmp_path / "ran.txt"
+    if not path.exists():
+        return Counter()
+    return Counter(line.split("-")[0] for line in path.read_text().split())
+
+
+def pids(tmp_path: Path, node: str) -> set[int]:
+    lines = (tmp_path / "ran.txt").read_text().split()
+    return {int(line.split("-")[1]) for line in lines if line.startswith(node + "-")}
+
+
+async def until(check: Any, timeout: float = 30.0) -> Any:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_parked_run_holds_no_worker_and_resumes_when_answered_from_elsewhere(
+    session: Session, tmp_path: Path, cluster: Any
+) -> None:
+    run = await session.start(it.compile(GATE))
+    assert await run.wait(60) == "paused_waiting_human"
+    record = await run.refresh()
+    assert record.lease is None  # parked: no process holds it
+    client = session.executor.client  # type: ignore[union-attr]
+    assert all(not tasks for tasks in client.processing().values())  # no worker busy with it
+    (question,) = await run.pending_questions()
+    # answered by a process that exits at once, through the store alone (no session)
+    subprocess.run([sys.executable, "-c", ANSWER, str(tmp_path / "store"), question.id], check=True)
+    answered = time.monotonic()
+
+    async def going() -> bool:
+        return (await run.refresh()).status != "paused_waiting_human"
+
+    await until(going, timeout=10)
+    picked_up = time.monotonic() - answered
+    assert await run.wait(60) == "finished", run.error
+    assert picked_up < 1.0, picked_up
+    assert ran(tmp_path) == Counter({"before": 1, "after": 1})
+    worker_pids = set(client.run(os.getpid).values())
+    assert pids(tmp_path, "after") <= worker_pids and os.getpid() not in pids(tmp_path, "after")
+
+
+async def test_two_sessions_racing_to_resume_on_the_cluster_run_it_once(
+    session: Session, tmp_path: Path, cluster: Any
+) -> None:
+    run = await session.start(it.compile(GATE))
+    assert await run.wait(60) == "paused_waiting_human"
+    (question,) = await run.pending_questions()
+    other = Session(tmp_path / "store", cluster=cluster.scheduler_address, workdir=tmp_path)
+    try:
+        results = await asyncio.gather(
+            session.resume(run.id, answers={question.id: "yes"}),
+            other.resume(run.id, answers={question.id: "yes"}),
+            return_exceptions=True,
+        )
+        refused = [r for r in results if isinstance(r, Exception)]
+        assert len(refused) == 1 and isinstance(refused[0], RunOwnedError | ResumeError)
+        assert await run.wait(60) == "finished", run.error
+    finally:
+        await other.close()
+    assert ran(tmp_path) == Counter({"before": 1, "after": 1})
+
+
+def test_the_cli_runs_on_the_cluster_and_detaches(tmp_path: Path, cluster: Any) -> None:
+    flow = tmp_path / "gate.iter"
+    flow.write_text(GATE)
+    address = cluster.scheduler_address
+    # the CLI would hold the file itself: detaching would lose the store
+    refused = subprocess.run(
+        [CLI, "run", str(flow), "--cluster", address, "--detach", "--store", str(tmp_path / "s")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "--detach needs a store" in refused.stderr
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path / "s")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        detached = subprocess.run(
+            [CLI, "run", str(flow), "--cluster", address, "--detach", "--store",
+             str(tmp_path / "s"), "--json"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+        )  # fmt: skip
+        assert detached.returncode == 0, detached.stderr
+        run_id = json.loads(detached.stdout)["id"]
+
+        def cli(*args: str) -> Any:
+            done = subprocess.run(
+                [CLI, *args, "--store", str(tmp_path / "s"), "--json"],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        deadline = time.monotonic() + 60
+        while not (questions := cli("runs", "questions", run_id)["interactions"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (question,) = questions
+        # the holder runs no workflows: a cluster worker takes the run up once answered
+        assert cli("runs", "answer", run_id, question["id"], "yes") == {
+            "queued": False, "resumed": True
+        }  # fmt: skip
+        while cli("runs", "show", run_id)["status"] != "finished":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert ran(tmp_path) == Counter({"before": 1, "after": 1})
+
+
+HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from iterion_nb.api.holder import open_served_store
+
+    async def main():
+        store = open_served_store(sys.argv[1])
+        await store.list_runs()
+        print("ready", flush=True)
+        await asyncio.sleep(300)
+
+    asyncio.run(main())
+    """
+)
+
+
+class CliCluster:
+    """``dask scheduler`` and two ``dask worker`` processes (each a nanny and its worker)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        bin_dir = Path(sys.executable).parent
+        file = tmp_path / "scheduler.json"
+        self.scheduler = subprocess.Popen(
+            [str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+             "--scheduler-file", str(file), "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not file.exists():
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.05)
+        self.address = json.loads(file.read_text())["address"]
+        self.workers = [
+            subprocess.Popen(
+                [
+                    str(bin_dir / "dask"),
+                    "worker",
+                    self.address,
+                    "--nthreads",
+                    "2",
+                    "--no-dashboard",
+                    "--local-directory",
+                    str(tmp_path / f"w{n}"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for n in range(2)
+        ]
+        with distributed.Client(self.address, timeout="60s") as client:
+            client.wait_for_workers(2, timeout=60)
+
+    def close(self) -> None:
+        for proc in [*self.workers, self.scheduler]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+async def test_a_worker_killed_with_its_nanny_mid_run_the_run_goes_on_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    cluster = await asyncio.to_thread(CliCluster, tmp_path)
+    session = Session(tmp_path / "store", cluster=cluster.address, workdir=tmp_path)
+    try:
+        run = await session.start(it.compile(SLOW))
+
+        async def slow_started() -> bool:
+            return ran(tmp_path)["slow"] == 1
+
+        await until(slow_started)
+        (victim,) = pids(tmp_path, "slow")  # the worker executing the run ...
+        nanny = int(Path(f"/proc/{victim}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert nanny in {w.pid for w in cluster.workers}
+        os.kill(nanny, signal.SIGKILL)  # ... dies with its nanny: nobody restarts it
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        (tmp_path / "go").touch()
+
+        async def elsewhere() -> bool:
+            return ran(tmp_path)["slow"] == 2
+
+        await until(elsewhere, timeout=30)
+        assert time.monotonic() - killed < 30
+        assert await run.wait(60) == "finished", run.error
+        counts = ran(tmp_path)
+        assert counts == Counter({"one": 1, "slow": 2, "two": 1})  # only the one in flight again
+        assert victim not in pids(tmp_path, "two")
+    finally:
+        await session.close()
+        await asyncio.to_thread(cluster.close)
