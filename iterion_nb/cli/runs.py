@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.service import event_json, interaction_json, run_json
+from iterion_nb.cli.store_copy import add_store_commands, copied_lines, store_copy
 from iterion_nb.errors import IterionError, RunOwnedError
 from iterion_nb.ir import compile_file
 from iterion_nb.report import render, write_report
@@ -83,6 +84,7 @@ def add_commands(sub: Any) -> None:
                         help="default: from the -o file's suffix, else md")  # fmt: skip
     report.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     report.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
+    add_store_commands(sub)
 
 
 def _cluster(parser: argparse.ArgumentParser) -> None:
@@ -216,6 +218,14 @@ async def _report(args: argparse.Namespace, out: TextIO) -> int:
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "report":
         return await _report(args, out)
+    if args.command == "store":
+        try:
+            result = await store_copy(args)
+        except IterionError as err:
+            raise CliError(str(err)) from None
+        text = json.dumps(result, indent=2) if args.json else "\n".join(copied_lines(result))
+        out.write(text + "\n")
+        return 0
     if args.command in ("run", "resume"):
         return await _foreground(args, out)
     holder = find_holder(resolve_store_path(args.store))

@@ -132,3 +132,16 @@ def check_acquire(
     if run.status not in allowed:
         raise ResumeError(f"run '{run.id}' is {run.status} and cannot be resumed")
     return held.since if held is not None and not handed else None
+
+
+def check_import(current: Run | None, now: datetime) -> None:
+    """Refuse to replace a run that a live owner executes (or keeps parked) in the target.
+
+    Raises:
+        RunOwnedError: Its lease is alive.
+    """
+    if current is None:
+        return
+    held = effective_status(current, now).lease
+    if held is not None:
+        raise RunOwnedError(current.id, held.pid, held.host, held.since)

@@ -22,6 +22,7 @@ from iterion_nb.runtime.records import (
     LeaseReport,
     QueuedMessage,
     Run,
+    RunBundle,
     RunStatus,
 )
 
@@ -224,6 +225,19 @@ class Store(Protocol):
 
     async def drain_messages(self, run_id: str, node_id: str) -> list[QueuedMessage]:
         """Take the node's undelivered messages, oldest first; each is returned once ever."""
+        ...
+
+    async def export_run(self, run_id: str) -> RunBundle:
+        """Everything of one run (its record as stored), to copy it elsewhere."""
+        ...
+
+    async def import_run(self, bundle: RunBundle) -> str:
+        """Make this store hold exactly ``bundle``'s run, atomically; idempotent.
+
+        Returns ``"created"``, ``"updated"`` (the run was here, different: it is
+        replaced) or ``"unchanged"``. A run that a live owner executes here is
+        left alone (``RunOwnedError``).
+        """
         ...
 
     async def flush(self) -> None:

@@ -167,6 +167,20 @@ class QueuedMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class RunBundle:
+    """Everything a store keeps of one run, to copy it to another store.
+
+    ``run`` is the record as stored (its status not derived from the lease).
+    """
+
+    run: Run
+    events: tuple[Event, ...]
+    artifacts: tuple[Artifact, ...]
+    interactions: tuple[Interaction, ...]
+    messages: tuple[QueuedMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseReport:
     """What renewing an owner's leases found: runs it lost, runs it must cancel."""
 

@@ -17,17 +17,21 @@ from iterion_nb.runtime.records import (
     Option,
     QueuedMessage,
     Run,
+    RunBundle,
 )
 
 _TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (
         Run, Event, Artifact, Interaction, QueuedMessage, AnswerResult, Option, Lease,
-        LeaseReport, Claimant,
+        LeaseReport, Claimant, RunBundle,
     )
 }  # fmt: skip
 #: Fields that are tuples in their records (JSON brings them back as lists).
-_TUPLES = ("questions", "options", "waits_on", "lost", "cancel")
+_TUPLES = (
+    "questions", "options", "waits_on", "lost", "cancel", "events", "artifacts",
+    "interactions", "messages",
+)  # fmt: skip
 
 
 def encode(value: Any) -> Any:

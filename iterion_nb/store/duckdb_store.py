@@ -54,6 +54,7 @@ from iterion_nb.runtime.records import (
     utcnow,
 )
 from iterion_nb.store.duckdb_base import SEP
+from iterion_nb.store.duckdb_copy import RunCopies
 from iterion_nb.store.duckdb_rows import (
     INTERACTION_COLUMNS,
     MESSAGE_COLUMNS,
@@ -61,7 +62,6 @@ from iterion_nb.store.duckdb_rows import (
     message_from_row,
     to_db,
 )
-from iterion_nb.store.duckdb_runs import RunTables
 from iterion_nb.store.duckdb_schema import APP_MARK, LATEST, MIGRATIONS
 from iterion_nb.store.location import resolve_store_path
 
@@ -203,7 +203,7 @@ def open_duckdb_store(
         return store
 
 
-class DuckDBStore(RunTables):
+class DuckDBStore(RunCopies):
     """A Store in one DuckDB file. Create with :func:`open_duckdb_store`."""
 
     def __init__(

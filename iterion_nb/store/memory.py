@@ -21,7 +21,12 @@ from iterion_nb.errors import (
     StoreError,
 )
 from iterion_nb.runtime.doorbell import Doorbell
-from iterion_nb.runtime.ownership import Claimant, check_acquire, effective_status
+from iterion_nb.runtime.ownership import (
+    Claimant,
+    check_acquire,
+    check_import,
+    effective_status,
+)
 from iterion_nb.runtime.ports import UNSET
 from iterion_nb.runtime.records import (
     RESUMABLE,
@@ -33,6 +38,7 @@ from iterion_nb.runtime.records import (
     LeaseReport,
     QueuedMessage,
     Run,
+    RunBundle,
     RunStatus,
     answer_message,
     answered_event,
@@ -383,6 +389,44 @@ class MemoryStore:
                     self._messages[index] = delivered
                     taken.append(delivered)
         return taken
+
+    async def export_run(self, run_id: str) -> RunBundle:
+        with self._lock:
+            run = self._run(run_id)
+            return RunBundle(
+                run,
+                tuple(self._events[run_id]),
+                tuple(a for a in self._artifacts.get(run_id, [])),
+                tuple(sorted((i for i in self._interactions.values() if i.run_id == run_id),
+                             key=lambda i: i.requested_at)),
+                tuple(m for m in self._messages if m.run_id == run_id),
+            )  # fmt: skip
+
+    async def import_run(self, bundle: RunBundle) -> str:
+        run_id = bundle.run.id
+        with self._lock:
+            current = self._runs.get(run_id)
+            check_import(current, self._clock())
+            if current is not None:
+                same = RunBundle(
+                    current, tuple(self._events[run_id]),
+                    tuple(self._artifacts.get(run_id, [])),
+                    tuple(sorted((i for i in self._interactions.values() if i.run_id == run_id),
+                                 key=lambda i: i.requested_at)),
+                    tuple(m for m in self._messages if m.run_id == run_id),
+                )  # fmt: skip
+                if same == bundle:
+                    return "unchanged"
+            self._runs[run_id] = bundle.run
+            self._events[run_id] = list(bundle.events)
+            self._artifacts[run_id] = list(bundle.artifacts)
+            for iid in [i for i, q in self._interactions.items() if q.run_id == run_id]:
+                del self._interactions[iid]
+            self._interactions.update({i.id: i for i in bundle.interactions})
+            self._messages = [m for m in self._messages if m.run_id != run_id]
+            self._messages.extend(bundle.messages)
+        self.doorbell.ring(run_id)
+        return "created" if current is None else "updated"
 
     async def flush(self) -> None:
         return None

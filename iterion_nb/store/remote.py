@@ -436,6 +436,14 @@ class RemoteStore:
     async def drain_messages(self, run_id: str, node_id: str) -> Any:
         return await self._call("drain_messages", run_id, node_id)
 
+    async def export_run(self, run_id: str) -> Any:
+        return await self._call("export_run", run_id)
+
+    async def import_run(self, bundle: Any) -> Any:
+        result = await self._call("import_run", bundle)
+        self.doorbell.ring(bundle.run.id)
+        return result
+
     async def flush(self) -> None:
         await self._call("flush")
 

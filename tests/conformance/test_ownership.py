@@ -208,3 +208,36 @@ async def test_a_run_is_handed_over_to_the_claimant_it_was_queued_for(store: Sto
     # handed over once: the token no longer opens it
     with pytest.raises(RunOwnedError):
         await store.acquire_run("r1", stranger, take_from=queue.id)
+
+
+async def test_a_run_copies_whole_and_a_second_copy_changes_nothing(store: Store) -> None:
+    from iterion_nb.store import MemoryStore
+
+    await store.create_run(make_run(vars={"é": [1, {"x": None}]}, checkpoint={"k": [1]}))
+    await store.append_event("r1", "node_started", {"n": 1}, node_id="a", branch_id="b0")
+    await store.add_interaction(make_question("q1"))
+    await store.add_interaction(make_question("q2", minute=1))
+    await store.answer("q1", {"tone": "formal"}, answered_by="ana")
+    await store.put_artifact("r1", "a", "plan", {"steps": ["é"]})
+    await store.queue_message("r1", "writer", "hello")
+    bundle = await store.export_run("r1")
+    assert [e.type for e in bundle.events] == ["node_started", "interaction_answered"]
+    assert [i.id for i in bundle.interactions] == ["q1", "q2"]
+    assert len(bundle.messages) == 2  # the answer's, and "hello"
+    # into another store, and back into this one
+    other = MemoryStore()
+    assert await other.import_run(bundle) == "created"
+    assert await other.import_run(bundle) == "unchanged"
+    assert await other.export_run("r1") == bundle
+    assert await store.import_run(bundle) == "unchanged"
+    await store.append_event("r1", "node_finished", node_id="a")  # the source went on
+    newer = await store.export_run("r1")
+    assert await other.import_run(newer) == "updated"
+    assert await other.export_run("r1") == newer
+    assert [p.id for p in await other.pending_interactions("r1")] == ["q2"]
+    assert [m.text for m in await other.drain_messages("r1", "writer")] == ["hello"]
+    # a copy into a store that has the run live is refused
+    live = MemoryStore()
+    await live.create_run(make_run(status="running"), owner=owner())
+    with pytest.raises(RunOwnedError):
+        await live.import_run(newer)

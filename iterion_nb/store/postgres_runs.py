@@ -1,0 +1,316 @@
+# ruff: noqa: D102 - each Store method is documented once, on the Store protocol
+"""The PostgreSQL store's runs: records, checkpoints, and ownership (leases).
+
+Same semantics as the DuckDB store. Taking, settling and cancelling a run
+each happen in one transaction that locks the run's row (``FOR UPDATE``),
+so any number of processes on any number of machines race safely: exactly
+one takes a run. Lease times come from the database server's clock (or the
+injected one), so machines whose clocks disagree still agree on who owns a
+run. Every run leaves here with its effective status.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from iterion_nb.errors import ConflictError, LeaseLostError, NotFoundError, StoreError
+from iterion_nb.runtime.ownership import Claimant, check_acquire, effective_status
+from iterion_nb.runtime.ports import UNSET
+from iterion_nb.runtime.records import (
+    RESUMABLE,
+    Interaction,
+    Lease,
+    LeaseReport,
+    Run,
+    RunStatus,
+    encode_json,
+)
+from iterion_nb.store.duckdb_rows import RUN_COLUMNS, run_from_row
+from iterion_nb.store.postgres_base import Conn, PgBase, check_text
+
+_CLEAR_LEASE = (
+    "owner_id = NULL, owner_pid = NULL, owner_host = NULL, owner_since = NULL,"
+    " lease_expires_at = NULL"
+)
+_SET_LEASE = (
+    "owner_id = %s, owner_pid = %s, owner_host = %s, owner_since = %s, lease_expires_at = %s"
+)
+_MARKS = ", ".join(["%s"] * 17)
+
+
+def lease_params(lease: Lease | None) -> list[Any]:
+    """The five lease columns (owner id, pid, host, since, expiry)."""
+    if lease is None:
+        return [None, None, None, None, None]
+    return [lease.owner, lease.pid, lease.host, lease.since, lease.expires_at]
+
+
+def interaction_params(i: Interaction) -> list[Any]:
+    """The values of ``INTERACTION_COLUMNS`` for an interaction."""
+    return [
+        i.id, i.run_id, i.node_id, i.branch_id, i.kind, encode_json(list(i.questions)),
+        encode_json([{"id": o.id, "label": o.label} for o in i.options]),
+        i.allow_free_text, encode_json(list(i.waits_on)), i.requested_at, i.answered_at,
+        None if i.answered_at is None else encode_json(i.answers), i.answered_by,
+    ]  # fmt: skip
+
+
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else encode_json(value)
+
+
+class PgRuns(PgBase):
+    """Runs, checkpoints and leases of the PostgreSQL store."""
+
+    async def _stored_run(self, conn: Conn, run_id: str, *, lock: bool = False) -> Run:
+        """On the loop: the run as stored (lease included, status not derived)."""
+        cur = await conn.execute(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s" + (" FOR UPDATE" if lock else ""),
+            [run_id],
+        )
+        row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("run", run_id)
+        return run_from_row(row)
+
+    async def _fetch_run(self, conn: Conn, run_id: str, now: datetime | None = None) -> Run:
+        """On the loop: the run as every reader sees it."""
+        run = await self._stored_run(conn, run_id)
+        return effective_status(run, now or await self._now(conn))
+
+    # -- records -----------------------------------------------------------
+    async def create_run(self, run: Run, *, owner: Claimant | None = None) -> Run:
+        check_text(run.id)
+
+        async def body(conn: Conn) -> Run:
+            now = await self._now(conn)
+            lease = owner.lease(now) if owner is not None else run.lease
+            cur = await conn.execute(
+                f"INSERT INTO runs ({RUN_COLUMNS}) VALUES ({_MARKS})"
+                f" ON CONFLICT (id) DO NOTHING RETURNING {RUN_COLUMNS}",
+                [
+                    run.id, run.workflow, run.source_hash, run.status,
+                    run.created_at, run.updated_at, run.source, encode_json(run.vars), run.error,
+                    _json_or_null(run.checkpoint), *lease_params(lease),
+                    encode_json(run.launch), run.cancel_requested,
+                ],
+            )  # fmt: skip
+            row = await cur.fetchone()
+            if row is None:
+                raise ConflictError(f"run '{run.id}' already exists")
+            return effective_status(run_from_row(row), now)
+
+        created = await self._call(lambda: self._transact(body, flush=False))
+        self._known_runs.add(run.id)
+        return created
+
+    async def get_run(self, run_id: str) -> Run:
+        async def body() -> Run:
+            await self._flushed()
+            return await self._read(lambda conn: self._fetch_run(conn, run_id))
+
+        return await self._call(body)
+
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus | None = None,
+        error: str | None = UNSET,
+        checkpoint: dict[str, Any] | None = UNSET,
+        source_hash: str | None = None,
+        source: str | None = None,
+    ) -> Run:
+        if status == "interrupted":
+            raise StoreError("'interrupted' is not stored: a run reads so when its lease lapses")
+        sets: list[str] = []
+        params: list[Any] = []
+        for column, value in (("status", status), ("source_hash", source_hash), ("source", source)):
+            if value is not None:
+                sets.append(f"{column} = %s")
+                params.append(value)
+        if error is not UNSET:
+            sets.append("error = %s")
+            params.append(error)
+        if checkpoint is not UNSET:
+            sets.append("checkpoint = %s")
+            params.append(_json_or_null(checkpoint))
+
+        async def body(conn: Conn) -> Run:
+            now = await self._now(conn)
+            cur = await conn.execute(
+                f"UPDATE runs SET {', '.join(['updated_at = %s', *sets])} WHERE id = %s"
+                f" RETURNING {RUN_COLUMNS}",
+                [now, *params, run_id],
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFoundError("run", run_id)
+            return effective_status(run_from_row(row), now)
+
+        return await self._call(lambda: self._transact(body, checkpoints=True))
+
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
+        # running and interrupted runs are both stored as 'running': filter after deriving
+        stored = "running" if status == "interrupted" else status
+        where = "WHERE status = %s" if stored else ""
+        cap = "" if stored == "running" else " LIMIT %s"
+        params: list[Any] = ([stored] if stored else []) + ([] if cap == "" else [limit])
+
+        async def body(conn: Conn) -> list[Run]:
+            cur = await conn.execute(
+                f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC, id DESC{cap}",
+                params,
+            )
+            rows = await cur.fetchall()
+            now = await self._now(conn)
+            runs = [effective_status(run_from_row(r), now) for r in rows]
+            if status is not None:
+                runs = [r for r in runs if r.status == status]
+            return runs[:limit]
+
+        async def work() -> list[Run]:
+            await self._flushed()
+            return await self._read(body)
+
+        return await self._call(work)
+
+    async def save_checkpoint(
+        self,
+        run_id: str,
+        checkpoint: dict[str, Any],
+        *,
+        owner: str | None = None,
+        durable: bool = False,
+    ) -> None:
+        if self.closed:
+            raise StoreError(f"the run store {self.display_url} is closed")
+        await self._known(run_id)
+        if not durable:
+            if self._buffer.add_checkpoint(run_id, checkpoint, owner):
+                self._nudge()
+            return
+        fence = "" if owner is None else " AND owner_id = %s"
+
+        async def body(conn: Conn) -> bool:
+            # events first (they led to this checkpoint); any older progress
+            # checkpoint of the run was written by the flush and is superseded
+            cur = await conn.execute(
+                f"UPDATE runs SET checkpoint = %s WHERE id = %s{fence} RETURNING id",
+                [encode_json(checkpoint), run_id, *([] if owner is None else [owner])],
+            )
+            return await cur.fetchone() is not None
+
+        if not await self._call(lambda: self._transact(body, checkpoints=True)):
+            raise LeaseLostError(run_id)
+
+    # -- ownership -----------------------------------------------------------
+    async def acquire_run(
+        self,
+        run_id: str,
+        owner: Claimant,
+        *,
+        statuses: tuple[RunStatus, ...] = RESUMABLE,
+        take_from: str | None = None,
+    ) -> Run:
+        async def body(conn: Conn) -> Run:
+            run = await self._stored_run(conn, run_id, lock=True)
+            now = await self._now(conn)
+            since = check_acquire(effective_status(run, now), owner, statuses, take_from)
+            lease = owner.lease(now, since)
+            cur = await conn.execute(
+                f"UPDATE runs SET status = 'running', error = NULL, cancel_requested = false,"
+                f" updated_at = %s, {_SET_LEASE} WHERE id = %s RETURNING {RUN_COLUMNS}",
+                [now, *lease_params(lease), run_id],
+            )
+            row = await cur.fetchone()
+            assert row is not None  # locked above
+            return effective_status(run_from_row(row), now)
+
+        return await self._call(lambda: self._transact(body, checkpoints=True))
+
+    async def renew_leases(self, owner: Claimant, run_ids: list[str]) -> LeaseReport:
+        if not run_ids:
+            return LeaseReport()
+
+        async def body(conn: Conn) -> LeaseReport:
+            now = await self._now(conn)
+            # a lapsed lease is renewed only if nobody took the run meanwhile;
+            # rows are locked in id order, as every batch does
+            cur = await conn.execute(
+                "UPDATE runs SET lease_expires_at = %s WHERE id IN (SELECT id FROM runs"
+                " WHERE owner_id = %s AND id = ANY(%s) ORDER BY id FOR NO KEY UPDATE)"
+                " RETURNING id, cancel_requested",
+                [owner.lease(now).expires_at, owner.id, run_ids],
+            )
+            mine = {str(r[0]): bool(r[1]) for r in await cur.fetchall()}
+            lost = tuple(i for i in run_ids if i not in mine)
+            return LeaseReport(lost, tuple(i for i in run_ids if mine.get(i)))
+
+        return await self._call(lambda: self._transact(body, flush=False))
+
+    async def settle_run(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        status: RunStatus,
+        error: str | None,
+        checkpoint: dict[str, Any],
+        event: tuple[str, dict[str, Any]] | None,
+        keep_lease: bool = False,
+    ) -> Run:
+        lease = "" if keep_lease else f", {_CLEAR_LEASE}"
+
+        async def body(conn: Conn) -> Run:
+            held = (await self._stored_run(conn, run_id, lock=True)).lease
+            if held is None or held.owner != owner:
+                raise LeaseLostError(run_id)
+            now = await self._now(conn)
+            await conn.execute(
+                f"UPDATE runs SET status = %s, error = %s, checkpoint = %s, updated_at = %s,"
+                f" cancel_requested = false{lease} WHERE id = %s",
+                [status, error, encode_json(checkpoint), now, run_id],
+            )
+            if event is not None:
+                await self._event_now(conn, run_id, event[0], event[1], now)
+            return await self._fetch_run(conn, run_id, now)
+
+        return await self._call(lambda: self._transact(body, checkpoints=True))
+
+    async def release_runs(self, owner: str, run_ids: list[str]) -> None:
+        if not run_ids:
+            return
+
+        async def body(conn: Conn) -> None:
+            await conn.execute(
+                f"UPDATE runs SET {_CLEAR_LEASE} WHERE id IN (SELECT id FROM runs"
+                " WHERE owner_id = %s AND id = ANY(%s) ORDER BY id FOR NO KEY UPDATE)",
+                [owner, run_ids],
+            )
+
+        await self._call(lambda: self._transact(body, flush=False))
+
+    async def cancel_run(self, run_id: str) -> Run:
+        async def body(conn: Conn) -> Run:
+            stored = await self._stored_run(conn, run_id, lock=True)
+            now = await self._now(conn)
+            run = effective_status(stored, now)
+            if run.status == "running":  # its owner lives: ask it to stop
+                await conn.execute(
+                    "UPDATE runs SET cancel_requested = true WHERE id = %s", [run_id]
+                )
+            elif run.status in RESUMABLE and run.status != "cancelled":
+                await conn.execute(
+                    f"UPDATE runs SET status = 'cancelled', cancel_requested = false,"
+                    f" updated_at = %s, {_CLEAR_LEASE} WHERE id = %s",
+                    [now, run_id],
+                )
+                await self._event_now(conn, run_id, "run_cancelled", {}, now)
+            await self._notify(conn, run_id)
+            return await self._fetch_run(conn, run_id, now)
+
+        run = await self._call(lambda: self._transact(body, checkpoints=True))
+        self.doorbell.ring(run_id)
+        return run

@@ -1,0 +1,488 @@
+# ruff: noqa: D102 - each Store method is documented once, on the Store protocol
+"""The PostgreSQL Store: many processes on many machines, no holder process.
+
+Open it with a URL wherever a store is named (``postgresql://user@host/db``,
+``?schema=NAME`` to choose the PostgreSQL schema its tables live in; default
+``iterion_nb``). The store creates and migrates its schema itself.
+
+Durability is the DuckDB store's: decision records (a run's creation, every
+status change, taking and settling a run, a cancel, an interaction, an
+answer with its queued message and its event, a message, a drain, an
+artifact, a durable checkpoint) are committed, each in one transaction,
+before the call returns; events and progress checkpoints are batched (see
+:mod:`~iterion_nb.store.postgres_base`). An answer, a question, a queued
+message and a cancel also ``NOTIFY`` the store's channel in their
+transaction: every process using the store hears it (see
+:mod:`~iterion_nb.store.postgres_listener`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+
+from iterion_nb.errors import AlreadyAnsweredError, ConflictError, NotFoundError, StoreError
+from iterion_nb.runtime.doorbell import Doorbell
+from iterion_nb.runtime.records import (
+    AnswerResult,
+    Artifact,
+    Event,
+    Interaction,
+    InteractionKind,
+    QueuedMessage,
+    answer_message,
+    answered_event,
+    check_answer,
+    encode_json,
+)
+from iterion_nb.store.duckdb_rows import (
+    INTERACTION_COLUMNS,
+    MESSAGE_COLUMNS,
+    interaction_from_row,
+    json_or_none,
+    message_from_row,
+)
+from iterion_nb.store.postgres_base import Conn, check_text
+from iterion_nb.store.postgres_listener import Listener
+from iterion_nb.store.postgres_runs import PgRuns, interaction_params
+from iterion_nb.store.postgres_schema import DEFAULT_SCHEMA, check_schema_name, migrate
+
+log = logging.getLogger("iterion_nb.store.postgres")
+
+#: How many connections one store keeps at most (the LISTEN one aside).
+POOL_SIZE = 8
+#: How long opening waits for the server, unless the URL sets ``connect_timeout``.
+CONNECT_TIMEOUT = 10
+#: How long closing tries to write the last batch (a server that is gone loses it).
+CLOSE_TIMEOUT = 10.0
+_ARTIFACT_COLUMNS = "run_id, name, version, node_id, value, created_at"
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """The URL to connect with (our ``schema`` parameter removed) and the schema name.
+
+    Raises:
+        StoreError: The schema name is not one we accept.
+    """
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in pairs if key == "schema"]
+    schema = check_schema_name(schemas[-1] if schemas else DEFAULT_SCHEMA)
+    query = urlencode([(k, v) for k, v in pairs if k != "schema"])
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment)), schema
+
+
+def _connect_options(conninfo: str) -> dict[str, Any]:
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    options: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in given:
+        options["connect_timeout"] = CONNECT_TIMEOUT
+    if "application_name" not in given:
+        options["application_name"] = "iterion_nb"
+    return options
+
+
+def _artifact(row: tuple[Any, ...]) -> Artifact:
+    return Artifact(row[0], row[1], row[2], row[3], json.loads(row[4]),
+                    row[5].astimezone(UTC))  # fmt: skip
+
+
+class PostgresStore(PgRuns):
+    """A Store in a PostgreSQL database. Create with :func:`open_postgres_store`."""
+
+    def __init__(
+        self,
+        url: str,
+        conninfo: str,
+        schema: str,
+        doorbell: Doorbell,
+        clock: Callable[[], datetime] | None,
+        new_id: Callable[[], str],
+        flush_rows: int,
+        flush_interval: float,
+    ) -> None:
+        super().__init__(url, schema, doorbell, clock, new_id, flush_rows, flush_interval)
+        self._conninfo = conninfo
+        self._listener = Listener(self._channel, doorbell, self._listen_again)
+        self._closing = False
+
+    # -- opening -----------------------------------------------------------
+    async def _configure(self, conn: Conn) -> None:
+        """Every connection: times in UTC, our schema first on the search path."""
+        await conn.execute(
+            "SELECT set_config('TimeZone', 'UTC', false), set_config('search_path', %s, false)",
+            [sql.Identifier(self.schema).as_string(conn)],
+        )
+
+    async def _open(self, conninfo: str, pool_size: int) -> None:
+        """On the loop: connect, migrate, listen, then open the pool and the flusher."""
+        options = _connect_options(conninfo)
+        try:
+            conn = await psycopg.AsyncConnection.connect(conninfo, **options)
+        except psycopg.Error as err:
+            raise StoreError(
+                self._scrub(f"cannot connect to the run store {self.display_url}: {err}")
+            ) from None
+        try:
+            await conn.execute("SET TimeZone TO 'UTC'")
+            await migrate(conn, self.schema, self.display_url)
+            await self._configure(conn)
+            sent = time.time()
+            cur = await conn.execute("SELECT clock_timestamp()")
+            row = await cur.fetchone()
+            assert row is not None
+            here = datetime.fromtimestamp((sent + time.time()) / 2, UTC)
+            self._skew = row[0] - here
+            await self._listener.listen(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self._pool = psycopg_pool.AsyncConnectionPool(
+            conninfo, kwargs=options, min_size=1, max_size=pool_size, open=False,
+            configure=self._configure, check=psycopg_pool.AsyncConnectionPool.check_connection,
+            name=f"iterion-nb:{self.schema}",
+        )  # fmt: skip
+        try:
+            await self._pool.open(wait=True, timeout=float(options.get("connect_timeout", 30)))
+        except BaseException:
+            await self._listener.stop()
+            await self._pool.close()
+            raise
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _listen_again(self) -> Conn:
+        """A new connection for the listener (after it lost its own)."""
+        conn = await psycopg.AsyncConnection.connect(
+            self._conninfo, **_connect_options(self._conninfo)
+        )
+        await self._configure(conn)
+        return conn
+
+    # -- events ----------------------------------------------------------
+    async def append_event(
+        self,
+        run_id: str,
+        event_type: str,
+        data: dict[str, Any] | None = None,
+        *,
+        node_id: str | None = None,
+        branch_id: str | None = None,
+    ) -> None:
+        if self.closed:
+            raise StoreError(f"the run store {self.display_url} is closed")
+        await self._known(run_id)
+        check_text(event_type, node_id, branch_id)
+        row = (run_id, event_type, self._stamp(), node_id, branch_id, encode_json(data or {}))
+        if self._buffer.add(row):
+            self._nudge()
+
+    async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        async def body(conn: Conn) -> list[Event]:
+            await self._require_run(conn, run_id)
+            cur = await conn.execute(
+                "SELECT run_id, seq, type, occurred_at, data, node_id, branch_id FROM events"
+                " WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+                [run_id, after, limit],
+            )
+            return [
+                Event(r[0], r[1], r[2], r[3].astimezone(UTC), json.loads(r[4]), r[5], r[6])
+                for r in await cur.fetchall()
+            ]
+
+        async def work() -> list[Event]:
+            await self._flushed(checkpoints=False)
+            return await self._read(body)
+
+        return await self._call(work)
+
+    # -- artifacts -------------------------------------------------------
+    async def put_artifact(self, run_id: str, node_id: str, name: str, value: Any) -> Artifact:
+        payload = encode_json(value)
+
+        async def body(conn: Conn) -> Artifact:
+            await self._require_run(conn, run_id)
+            # versions of one name are given one at a time, whoever publishes
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"artifact {run_id} {name}"]
+            )
+            now = await self._now(conn)
+            cur = await conn.execute(
+                f"INSERT INTO artifacts ({_ARTIFACT_COLUMNS})"
+                " SELECT %s, %s, coalesce(max(version), 0) + 1, %s, %s, %s FROM artifacts"
+                f" WHERE run_id = %s AND name = %s RETURNING {_ARTIFACT_COLUMNS}",
+                [run_id, name, node_id, payload, now, run_id, name],
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            return _artifact(row)
+
+        return await self._call(lambda: self._transact(body))
+
+    async def get_artifact(self, run_id: str, name: str, version: int | None = None) -> Artifact:
+        exact = "" if version is None else " AND version = %s"
+
+        async def body(conn: Conn) -> Artifact:
+            await self._require_run(conn, run_id)
+            cur = await conn.execute(
+                f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = %s AND name = %s"
+                f"{exact} ORDER BY version DESC LIMIT 1",
+                [run_id, name, *([] if version is None else [version])],
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFoundError("artifact", name if version is None else f"{name} v{version}")
+            return _artifact(row)
+
+        return await self._call(lambda: self._read(body))
+
+    async def list_artifacts(self, run_id: str) -> list[Artifact]:
+        async def body(conn: Conn) -> list[Artifact]:
+            await self._require_run(conn, run_id)
+            cur = await conn.execute(
+                f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = %s"
+                " ORDER BY name, version",
+                [run_id],
+            )
+            return [_artifact(r) for r in await cur.fetchall()]
+
+        return await self._call(lambda: self._read(body))
+
+    # -- interactions ----------------------------------------------------
+    async def add_interaction(self, interaction: Interaction) -> Interaction:
+        i = interaction
+        check_text(i.id, i.run_id, i.node_id, i.branch_id)
+
+        async def body(conn: Conn) -> Interaction:
+            await self._require_run(conn, i.run_id)
+            cur = await conn.execute(
+                f"INSERT INTO interactions ({INTERACTION_COLUMNS})"
+                f" VALUES ({', '.join(['%s'] * 13)})"
+                f" ON CONFLICT (id) DO NOTHING RETURNING {INTERACTION_COLUMNS}",
+                interaction_params(i),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise ConflictError(f"interaction '{i.id}' already exists")
+            await self._notify(conn, i.run_id)
+            return interaction_from_row(row)
+
+        stored = await self._call(lambda: self._transact(body))
+        self.doorbell.ring(i.run_id)
+        return stored
+
+    async def get_interaction(self, interaction_id: str) -> Interaction:
+        async def body(conn: Conn) -> Interaction:
+            cur = await conn.execute(
+                f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE id = %s", [interaction_id]
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFoundError("interaction", interaction_id)
+            return interaction_from_row(row)
+
+        return await self._call(lambda: self._read(body))
+
+    async def pending_interactions(
+        self,
+        run_id: str | None = None,
+        *,
+        node_id: str | None = None,
+        kind: InteractionKind | None = None,
+    ) -> list[Interaction]:
+        where = ["answered_at IS NULL"]
+        params: list[Any] = []
+        for column, value in (("run_id", run_id), ("node_id", node_id), ("kind", kind)):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+
+        async def body(conn: Conn) -> list[Interaction]:
+            cur = await conn.execute(
+                f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE {' AND '.join(where)}"
+                " ORDER BY requested_at, n",
+                params,
+            )
+            return [interaction_from_row(r) for r in await cur.fetchall()]
+
+        return await self._call(lambda: self._read(body))
+
+    async def interactions(self, run_id: str) -> list[Interaction]:
+        async def body(conn: Conn) -> list[Interaction]:
+            await self._require_run(conn, run_id)
+            cur = await conn.execute(
+                f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE run_id = %s"
+                " ORDER BY requested_at, n",
+                [run_id],
+            )
+            return [interaction_from_row(r) for r in await cur.fetchall()]
+
+        return await self._call(lambda: self._read(body))
+
+    async def answer(
+        self, interaction_id: str, answer: Any, *, answered_by: str = "unknown"
+    ) -> AnswerResult:
+        payload = check_answer(answer)
+
+        async def body(conn: Conn) -> AnswerResult:
+            now = await self._now(conn)
+            # the row lock decides: of concurrent answers, the first to commit wins
+            # and the others find answered_at set when they get the row
+            cur = await conn.execute(
+                "UPDATE interactions SET answered_at = %s, answers = %s, answered_by = %s"
+                f" WHERE id = %s AND answered_at IS NULL RETURNING {INTERACTION_COLUMNS}",
+                [now, payload, answered_by, interaction_id],
+            )
+            row = await cur.fetchone()
+            if row is None:
+                cur = await conn.execute(
+                    "SELECT answers FROM interactions WHERE id = %s", [interaction_id]
+                )
+                known = await cur.fetchone()
+                if known is None:
+                    raise NotFoundError("interaction", interaction_id)
+                raise AlreadyAnsweredError(interaction_id, json_or_none(known[0]))
+            answered = interaction_from_row(row)
+            message = None
+            if answered.kind == "async":
+                text = answer_message(answered, answer)
+                message = await self._insert_message(
+                    conn, answered.run_id, answered.node_id, text, now
+                )
+            await self._event_now(
+                conn, answered.run_id, "interaction_answered", answered_event(answered), now,
+                answered.node_id, answered.branch_id,
+            )  # fmt: skip
+            await self._notify(conn, answered.run_id)
+            return AnswerResult(answered, message)
+
+        result = await self._call(lambda: self._transact(body))
+        self.doorbell.ring(result.interaction.run_id)
+        return result
+
+    # -- messages --------------------------------------------------------
+    async def _insert_message(
+        self, conn: Conn, run_id: str, node_id: str, text: str, now: datetime
+    ) -> QueuedMessage:
+        message = QueuedMessage(self._new_id(), run_id, node_id, text, now)
+        await conn.execute(
+            f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, NULL)",
+            [message.id, run_id, node_id, text, now],
+        )
+        return message
+
+    async def queue_message(self, run_id: str, node_id: str, text: str) -> QueuedMessage:
+        check_text(node_id)
+
+        async def body(conn: Conn) -> QueuedMessage:
+            await self._require_run(conn, run_id)
+            message = await self._insert_message(conn, run_id, node_id, text, await self._now(conn))
+            await self._notify(conn, run_id)
+            return message
+
+        message = await self._call(lambda: self._transact(body))
+        self.doorbell.ring(run_id)
+        return message
+
+    async def drain_messages(self, run_id: str, node_id: str) -> list[QueuedMessage]:
+        async def body(conn: Conn) -> list[QueuedMessage]:
+            # one statement: concurrent drainers each get a message at most once
+            cur = await conn.execute(
+                "UPDATE messages SET delivered_at = coalesce(%s::timestamptz, now())"
+                " WHERE run_id = %s AND node_id = %s AND delivered_at IS NULL"
+                f" RETURNING n, {MESSAGE_COLUMNS}",
+                [self._clock() if self._clock else None, run_id, node_id],
+            )
+            rows = sorted(await cur.fetchall())
+            return [message_from_row(r[1:]) for r in rows]
+
+        async def work() -> list[QueuedMessage]:
+            await self._flushed(checkpoints=False)
+            return await self._read(body)
+
+        return await self._call(work)
+
+    # -- lifecycle -------------------------------------------------------
+    async def flush(self) -> None:
+        await self._call(self._flushed)
+
+    async def _shutdown(self) -> None:
+        """On the loop: write what waits, stop listening, close the pool."""
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT), self._flush_lock:
+                await self._write_buffer(checkpoints=True)
+        except Exception as err:  # the server is gone: say so, and let go anyway
+            log.warning("%s", self._scrub(f"closing {self.display_url}: events lost: {err!r}"))
+        finally:
+            if self._flusher is not None:
+                self._flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._flusher
+            await self._listener.stop()
+            if self._pool is not None:
+                await self._pool.close()
+
+    async def close(self) -> None:
+        """Write the events that wait, then release the connections and the thread."""
+        if self._closing:
+            return
+        self._closing = True
+        try:
+            await self._call(self._shutdown)
+        finally:
+            self.closed = True
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.stop)
+
+
+def open_postgres_store(
+    url: str,
+    *,
+    doorbell: Doorbell | None = None,
+    clock: Callable[[], datetime] | None = None,
+    new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    flush_rows: int = 2000,
+    flush_interval: float = 0.05,
+    pool_size: int = POOL_SIZE,
+) -> PostgresStore:
+    """Open the PostgreSQL store a URL names, creating or migrating its schema.
+
+    Args:
+        url: ``postgresql://[user[:password]@]host[:port]/database[?schema=NAME&…]``;
+            ``schema`` (default ``iterion_nb``) is ours, every other parameter
+            goes to libpq.
+        doorbell: Rung when anything a waiter may care about commits, in this
+            process or any other using the store.
+        clock: Times for records and leases; default: the database server's
+            clock (so machines whose clocks disagree agree on leases).
+        new_id: Ids of queued messages.
+        flush_rows: Events written in one transaction once this many wait.
+        flush_interval: Seconds the oldest event (or progress checkpoint) waits at most.
+        pool_size: Connections kept at most (the LISTEN connection aside).
+
+    Raises:
+        StoreError: The server cannot be reached, or the URL is malformed
+            (messages never show the password).
+        StoreFileError: The schema holds tables that are not ours, or was
+            written by a newer iterion_nb (it is left untouched).
+    """
+    conninfo, schema = split_url(url)
+    store = PostgresStore(
+        url, conninfo, schema, doorbell or Doorbell(), clock, new_id, flush_rows, flush_interval
+    )
+    try:
+        store._thread.submit(store._guarded(lambda: store._open(conninfo, pool_size))).result()
+    except BaseException:
+        store._thread.stop()
+        raise
+    return store

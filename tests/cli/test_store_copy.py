@@ -1,0 +1,49 @@
+"""``iterion-nb store copy``: whole runs between stores, idempotent, live runs left alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CLI = str(Path(sys.executable).parent / "iterion-nb")
+GATE = 'human gate:\n  instructions: "Go?"\n\nworkflow w:\n  entry: gate\n  gate -> done\n'
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_copy_moves_whole_runs_and_copying_again_changes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "gate.iter").write_text(GATE)
+    paused = json.loads(cli("run", "gate.iter", "--store", "a", "--json", cwd=tmp_path).stdout)
+    (question,) = paused["questions"]
+    done = json.loads(cli("run", "gate.iter", "--store", "a", "--json", cwd=tmp_path).stdout)
+    answered = cli("runs", "answer", done["id"], done["questions"][0]["id"], "yes",
+                   "--store", "a", cwd=tmp_path)  # fmt: skip
+    assert answered.returncode == 0, answered.stderr
+    first = cli("store", "copy", "a", "b", "--json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) == {"created": 2, "updated": 0, "unchanged": 0, "skipped": []}
+    again = cli("store", "copy", "a", "b", cwd=tmp_path)
+    assert again.stdout == "0 created, 0 updated, 2 unchanged, 0 skipped\n"
+    # the copy is the run: status, answers and who gave them, events with their seqs
+    shown = {
+        s: json.loads(cli("runs", "show", done["id"], "--json", "--store", s, cwd=tmp_path).stdout)
+        for s in ("a", "b")
+    }
+    assert shown["a"]["status"] == shown["b"]["status"] == "finished"
+    assert shown["a"]["interactions"] == shown["b"]["interactions"]
+    assert shown["a"]["events"] == shown["b"]["events"]
+    # the paused run resumes from the copy, in the other store
+    resumed = cli("runs", "answer", paused["id"], question["id"], "yes", "--store", "b",
+                  cwd=tmp_path)  # fmt: skip
+    assert resumed.stdout == "answer recorded; the run resumed; it is now finished\n"
+    # the destination went on: copying from it back updates the source
+    back = cli("store", "copy", "b", "a", "--json", cwd=tmp_path)
+    assert json.loads(back.stdout)["updated"] == 1
+    same = cli("store", "copy", "./a", "a", cwd=tmp_path)
+    assert (same.returncode, same.stderr) == (1, "iterion-nb: SRC and DST are the same store\n")
