@@ -55,8 +55,9 @@ from iterion_nb.store.duckdb_rows import (
     message_from_row,
 )
 from iterion_nb.store.postgres_base import Conn, check_text
+from iterion_nb.store.postgres_copy import PgCopies
 from iterion_nb.store.postgres_listener import Listener
-from iterion_nb.store.postgres_runs import PgRuns, interaction_params
+from iterion_nb.store.postgres_runs import interaction_params
 from iterion_nb.store.postgres_schema import DEFAULT_SCHEMA, check_schema_name, migrate
 
 log = logging.getLogger("iterion_nb.store.postgres")
@@ -99,7 +100,7 @@ def _artifact(row: tuple[Any, ...]) -> Artifact:
                     row[5].astimezone(UTC))  # fmt: skip
 
 
-class PostgresStore(PgRuns):
+class PostgresStore(PgCopies):
     """A Store in a PostgreSQL database. Create with :func:`open_postgres_store`."""
 
     def __init__(

@@ -53,7 +53,7 @@ from iterion_nb.runtime.records import (
 from iterion_nb.store.codec import decode, encode
 from iterion_nb.store.duckdb_store import open_duckdb_store
 from iterion_nb.store.holder_file import HolderInfo, alive, find_holder
-from iterion_nb.store.location import resolve_store_path
+from iterion_nb.store.location import open_url_store, resolve_store_path, store_url
 from iterion_nb.store.rings import RingListener
 
 #: How long one request may take before the holder is presumed stuck.
@@ -504,8 +504,16 @@ def open_store(
 
     ``on_take_over`` is called with the local store when a remote one had to
     open the file itself later, ``on_open`` when the file is opened here at
-    once (both to start serving it, typically).
+    once (both to start serving it, typically). A URL (``path``, else
+    ``ITERION_NB_STORE``) opens the store it names: ``postgresql://…`` the
+    PostgreSQL store, which needs no holder (neither callback is called).
+
+    Raises:
+        StoreError: A URL whose scheme names no store this build can open.
     """
+    url = store_url(path)
+    if url is not None:
+        return open_url_store(url)
     target = resolve_store_path(path)
     deadline = time.monotonic() + 15
     while True:
