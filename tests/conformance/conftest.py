@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ from iterion_nb.store import MemoryStore, open_duckdb_store
 from iterion_nb.store.holder_file import HolderInfo
 from iterion_nb.store.remote import RemoteStore
 
-IMPLEMENTATIONS = ["memory", "duckdb", "remote"]
+IMPLEMENTATIONS = ["memory", "duckdb", "remote", "postgres"]
 
 
 class Clock:
@@ -46,6 +47,17 @@ async def store(
     impl: Store
     if request.param == "memory":
         impl = MemoryStore(clock=clock, new_id=lambda: next(ids))
+        yield impl
+        await impl.close()
+        return
+    if request.param == "postgres":
+        from iterion_nb.store.postgres_store import open_postgres_store
+
+        # a fresh schema per test on the session's server: cheap, and nothing leaks between tests
+        base = request.getfixturevalue("postgres_url")
+        impl = open_postgres_store(
+            f"{base}?schema=t_{uuid.uuid4().hex}", clock=clock, new_id=lambda: next(ids)
+        )
         yield impl
         await impl.close()
         return

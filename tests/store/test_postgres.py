@@ -1,0 +1,428 @@
+"""The PostgreSQL store across processes, its schema, and store URLs.
+
+Everything runs against a real PostgreSQL server started for the test
+session on loopback (``postgres_url``); each test uses a schema of its own.
+The conformance suite runs against this store too (tests/conformance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import iterion_nb as it
+from iterion_nb.errors import AlreadyAnsweredError, StoreError, StoreFileError
+from iterion_nb.runtime.records import Interaction, Run
+from iterion_nb.session import Session
+from iterion_nb.store import STORE_ENV, resolve_store_path
+from iterion_nb.store.location import is_store_url, mask_url
+from iterion_nb.store.postgres_store import PostgresStore, open_postgres_store
+from iterion_nb.store.remote import open_store
+
+HERE = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def url(postgres_url: str) -> str:
+    """A store of its own for this test: a fresh schema on the session's server."""
+    return f"{postgres_url}?schema=p_{uuid.uuid4().hex[:12]}"
+
+
+def a_run(run_id: str = "r1") -> Run:
+    return Run(run_id, "w", "h", "paused_waiting_human", HERE, HERE)
+
+
+def a_question(iid: str = "q1", run_id: str = "r1") -> Interaction:
+    return Interaction(iid, run_id, "asker", "async", ("Formal or casual?",), HERE)
+
+
+def spawn(code: str, *args: str) -> subprocess.Popen[str]:
+    """A Python process running ``code`` with ``args`` (line-buffered text pipes)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        bufsize=1,
+    )  # fmt: skip
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 30) -> str:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return out
+
+
+async def raw(url: str, query: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    """Run one statement on the server outside the store (to look, or to tamper)."""
+    base = url.split("?")[0]
+    async with await psycopg.AsyncConnection.connect(base, autocommit=True) as conn:
+        cur = await conn.execute(query, params)
+        return await cur.fetchall() if cur.description else []
+
+
+# -- across processes -------------------------------------------------------------------
+ANSWERER = """
+    import asyncio, sys
+    from iterion_nb.errors import AlreadyAnsweredError
+    from iterion_nb.store.remote import open_store
+
+    async def main(url, n):
+        store = open_store(url)              # the URL selects PostgreSQL
+        print("ready", flush=True)
+        sys.stdin.readline()                  # everyone answers at once
+        try:
+            await store.answer("q1", f"answer {n}", answered_by=f"p{n}")
+            print("won", flush=True)
+        except AlreadyAnsweredError as err:
+            print("lost", err.existing, flush=True)
+        await store.close()
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_ten_processes_answer_one_question_exactly_one_wins(url: str) -> None:
+    store = open_postgres_store(url)
+    try:
+        await store.create_run(a_run())
+        await store.add_interaction(a_question())
+        procs = [spawn(ANSWERER, url, str(n)) for n in range(10)]
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outcomes = [finish(proc).strip() for proc in procs]
+        winners = [o for o in outcomes if o == "won"]
+        answered = await store.get_interaction("q1")
+        assert len(winners) == 1, outcomes
+        assert sorted(outcomes).count(f"lost {answered.answers}") == 9
+        assert answered.answered_by == f"p{outcomes.index('won')}"
+        assert len(await store.drain_messages("r1", "asker")) == 1
+        assert [e.type for e in await store.events("r1")] == ["interaction_answered"]
+        with pytest.raises(AlreadyAnsweredError):
+            await store.answer("q1", "late")
+    finally:
+        await store.close()
+
+
+WAITER = """
+    import asyncio, sys, time
+    from iterion_nb.store.postgres_store import open_postgres_store
+
+    async def main(url):
+        store = open_postgres_store(url)
+        with store.doorbell.arm("r1") as ticket:       # arm, then check, then wait
+            pending = await store.pending_interactions("r1")
+            print("armed", len(pending), flush=True)
+            rung = await ticket.wait(timeout=10)
+            print("woke", rung, time.time(), flush=True)
+        print("pending", len(await store.pending_interactions("r1")), flush=True)
+        await store.close()
+
+    asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_an_answer_in_one_process_wakes_a_waiter_in_another(url: str) -> None:
+    store = open_postgres_store(url)
+    try:
+        await store.create_run(a_run())
+        await store.add_interaction(a_question())
+        waiter = spawn(WAITER, url)
+        assert waiter.stdout is not None
+        assert waiter.stdout.readline().split() == ["armed", "1"]
+        await asyncio.sleep(0.2)  # nothing rings meanwhile: the waiter really waits
+        committed = time.time()
+        await store.answer("q1", "formal")
+        lines = finish(waiter).splitlines()
+        _, rung, woke = lines[0].split()
+        assert rung == "True"
+        assert float(woke) - committed < 1.0  # LISTEN/NOTIFY, not a poll
+        assert lines[1] == "pending 0"
+    finally:
+        await store.close()
+
+
+APPENDER = """
+    import asyncio, sys
+    from iterion_nb.store.postgres_store import open_postgres_store
+
+    async def main(url):
+        store = open_postgres_store(url, flush_rows=37)
+        sys.stdin.readline()
+        for n in range(300):
+            await store.append_event("r1", "tick", {"by": "child", "n": n})
+            if n % 50 == 0:
+                await asyncio.sleep(0.01)
+        await store.close()          # writes what waits
+
+    asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_events_of_two_processes_get_distinct_gap_free_seqs(url: str) -> None:
+    store = open_postgres_store(url, flush_rows=23)
+    try:
+        await store.create_run(a_run())
+        child = spawn(APPENDER, url)
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        for n in range(300):
+            await store.append_event("r1", "tick", {"by": "parent", "n": n})
+            if n % 40 == 0:
+                await asyncio.sleep(0.01)
+        await asyncio.to_thread(finish, child)
+        events = await store.events("r1")
+        assert [e.seq for e in events] == list(range(1, 601))
+        for who in ("parent", "child"):  # each process's events keep its order
+            assert [e.data["n"] for e in events if e.data["by"] == who] == list(range(300))
+    finally:
+        await store.close()
+
+
+# -- one process ------------------------------------------------------------------------
+async def test_reopening_keeps_everything(url: str) -> None:
+    first = open_postgres_store(url)
+    await first.create_run(a_run())
+    await first.add_interaction(a_question())
+    await first.add_interaction(a_question("q2"))
+    await first.answer("q1", {"tone": "é"}, answered_by="ana")
+    await first.put_artifact("r1", "writer", "draft", ["v1"])
+    await first.queue_message("r1", "writer", "note")
+    for n in range(5):
+        await first.append_event("r1", "tick", {"n": n})
+    await first.save_checkpoint("r1", {"frontier": ["b"]})  # batched: close writes it
+    await first.close()
+    with pytest.raises(StoreError, match="closed"):
+        await first.get_run("r1")
+
+    again = open_postgres_store(url)
+    try:
+        assert (await again.get_run("r1")).checkpoint == {"frontier": ["b"]}
+        types = [e.type for e in await again.events("r1")]
+        assert types == ["interaction_answered", *["tick"] * 5]
+        assert (await again.get_interaction("q1")).answers == {"tone": "é"}
+        assert [i.id for i in await again.pending_interactions()] == ["q2"]
+        assert (await again.get_artifact("r1", "draft")).value == ["v1"]
+        drained = [m.text for m in await again.drain_messages("r1", "asker")]
+        assert drained == ['[Answer to question q1] Q: "Formal or casual?" — A: {"tone": "é"}']
+        assert [m.text for m in await again.drain_messages("r1", "writer")] == ["note"]
+        await again.append_event("r1", "tock")
+        assert (await again.events("r1", after=6))[0].seq == 7
+    finally:
+        await again.close()
+
+
+async def test_stores_in_two_schemas_of_one_database_are_apart(postgres_url: str) -> None:
+    one = open_postgres_store(f"{postgres_url}?schema=apart_one")
+    two = open_postgres_store(f"{postgres_url}?schema=apart_two")
+    try:
+        await one.create_run(a_run())
+        with two.doorbell.arm() as ticket:
+            await one.add_interaction(a_question())
+            assert not await ticket.wait(timeout=0.2)  # another schema's channel
+        assert await two.list_runs() == []
+        await two.create_run(a_run())  # the same id, elsewhere
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_a_schema_from_a_newer_version_is_refused_untouched(url: str) -> None:
+    schema = url.rsplit("=", 1)[1]
+    await (open_postgres_store(url)).close()
+    await raw(url, f"INSERT INTO {schema}.schema_migrations (version) VALUES (99)")
+    before = await raw(url, f"SELECT version FROM {schema}.schema_migrations ORDER BY 1")
+    with pytest.raises(StoreFileError, match=r"newer iterion_nb \(schema 99"):
+        open_postgres_store(url)
+    assert await raw(url, f"SELECT version FROM {schema}.schema_migrations ORDER BY 1") == before
+
+
+async def test_a_schema_of_another_application_is_refused_untouched(postgres_url: str) -> None:
+    await raw(postgres_url, "CREATE SCHEMA theirs")
+    await raw(postgres_url, "CREATE TABLE theirs.runs (id int)")
+    await raw(postgres_url, "INSERT INTO theirs.runs VALUES (7)")
+    with pytest.raises(StoreFileError, match="another application") as info:
+        open_postgres_store(f"{postgres_url}?schema=theirs")
+    assert "left untouched" in str(info.value)
+    tables = await raw(postgres_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'theirs'")
+    assert tables == [("runs",)]
+    assert await raw(postgres_url, "SELECT id FROM theirs.runs") == [(7,)]
+
+
+async def test_concurrent_openers_migrate_once(postgres_url: str) -> None:
+    target = f"{postgres_url}?schema=racing"
+    stores = await asyncio.gather(
+        *(asyncio.to_thread(open_postgres_store, target) for _ in range(6))
+    )
+    try:
+        assert await raw(postgres_url, "SELECT version FROM racing.schema_migrations") == [(1,)]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_the_store_survives_losing_its_connections(url: str) -> None:
+    """Killed backends: the pool replaces them, the listener reconnects and rings ANY."""
+    store = open_postgres_store(f"{url}&application_name=t_survivor")
+    other = open_postgres_store(url)
+    try:
+        await store.create_run(a_run())
+        await store.add_interaction(a_question())
+        with store.doorbell.arm("r1") as ticket:
+            ticket.consume()
+            await raw(
+                url,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 't_survivor'",
+            )
+            assert await ticket.wait(timeout=5)  # listening again: everyone re-checks
+        with store.doorbell.arm("r1") as ticket:
+            await other.answer("q1", "yes")
+            assert await ticket.wait(timeout=2)  # and hears other processes again
+        await store.append_event("r1", "tick")
+        assert [e.type for e in await store.events("r1")] == ["interaction_answered", "tick"]
+    finally:
+        await store.close()
+        await other.close()
+
+
+async def test_events_written_during_an_outage_are_kept_and_written_after() -> None:
+    from tests.pgserver import PgServer
+
+    server = PgServer.start()
+    try:
+        store = open_postgres_store(f"{server.url}?connect_timeout=2")
+        await store.create_run(a_run())
+        await store.append_event("r1", "before")
+        await store.flush()
+        await asyncio.to_thread(server.stop, False)
+        for n in range(50):  # the batch cannot be written: it waits, nothing is lost
+            await store.append_event("r1", "during", {"n": n})
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(server.restart)
+        await store.flush()
+        events = await store.events("r1")
+        assert [e.seq for e in events] == list(range(1, 52))
+        assert [e.data.get("n") for e in events[1:]] == list(range(50))
+        await store.close()
+    finally:
+        server.stop()
+
+
+async def test_a_session_runs_and_resumes_on_postgres(url: str, tmp_path: Path) -> None:
+    """Session(store=URL) works; an answer from another process resumes the parked run."""
+    gate = 'human gate:\n  instructions: "Ship it?"\n\nworkflow w:\n  entry: gate\n  gate -> done\n'
+    session = Session(url, workdir=tmp_path, poll_interval=60)  # a poll would be too late
+    try:
+        assert isinstance(session.store, PostgresStore)
+        run = await session.start(it.compile(gate))
+        assert await run.wait(10) == "paused_waiting_human"
+        (question,) = await run.pending_questions()
+        answerer = spawn(ANSWERER.replace('"q1"', repr(question.id)), url, "0")
+        assert answerer.stdout is not None and answerer.stdout.readline().strip() == "ready"
+        assert answerer.stdin is not None
+        answerer.stdin.write("go\n")
+        answerer.stdin.flush()
+        assert (await asyncio.to_thread(finish, answerer)).strip() == "won"
+        assert await run.wait(10) == "finished"  # resumed by its owner, woken by NOTIFY
+    finally:
+        await session.close()
+
+
+# -- URLs -------------------------------------------------------------------------------
+def test_urls_are_told_from_paths() -> None:
+    assert is_store_url("postgresql://h/db") and is_store_url("postgres://h/db")
+    assert is_store_url("http://x") and is_store_url("postgresql:/h/db")
+    assert not is_store_url("runs.duckdb") and not is_store_url("C:/runs")
+    assert not is_store_url(Path("postgresql://h/db")) and not is_store_url("./a:b/c")
+
+
+def test_passwords_are_masked() -> None:
+    assert mask_url("postgresql://ana:s3cret@h:5/db?schema=x") == (
+        "postgresql://ana:***@h:5/db?schema=x"
+    )
+    assert "s3cret" not in mask_url("postgresql://h/db?user=ana&password=s3cret")
+    assert mask_url("postgresql://ana@h/db") == "postgresql://ana@h/db"
+
+
+@pytest.mark.parametrize("spec", ["mysql://ana:s3cret@h/db", "http://h/x", "postgresql:/h/db"])
+def test_a_url_this_build_cannot_open_is_a_clear_error(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError) as info:
+        open_store(spec)
+    assert "cannot open the store" in str(info.value) and "s3cret" not in str(info.value)
+    monkeypatch.setenv(STORE_ENV, spec)
+    with pytest.raises(StoreError):
+        open_store()
+    with pytest.raises(StoreError, match="is a URL, not a DuckDB path"):
+        resolve_store_path(spec)
+    assert list(tmp_path.iterdir()) == []  # no directory named after the URL
+
+
+def test_a_missing_postgresql_client_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg now fails
+    with pytest.raises(StoreError, match=r"pip install 'iterion-nb\[postgres\]'") as info:
+        open_store("postgresql://ana:s3cret@127.0.0.1/db")
+    assert "s3cret" not in str(info.value) and "ana:***@" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_passwords_never_show_in_errors_or_repr(postgres_url: str) -> None:
+    from tests.pgserver import free_port
+
+    with pytest.raises(StoreError) as unreachable:
+        open_store(f"postgresql://ana:s3cret@127.0.0.1:{free_port()}/db?connect_timeout=2")
+    assert "s3cret" not in str(unreachable.value) and "***" in str(unreachable.value)
+    with_password = postgres_url.replace("postgres@", "postgres:s3cret@")
+    with pytest.raises(StoreError) as missing_db:
+        open_store(with_password.rsplit("/", 1)[0] + "/nodb")
+    assert "nodb" in str(missing_db.value) and "s3cret" not in str(missing_db.value)
+    store = open_store(f"{with_password}?schema=masked")  # trust auth: accepted
+    try:
+        assert isinstance(store, PostgresStore)
+        assert "s3cret" not in repr(store) and "s3cret" not in store.display_url
+        assert store.url.startswith(with_password)  # to open it elsewhere (a cluster worker)
+    finally:
+        asyncio.run(store.close())
+
+
+def test_an_unknown_schema_name_is_refused(postgres_url: str) -> None:
+    with pytest.raises(StoreError, match="schema name"):
+        open_postgres_store(f"{postgres_url}?schema=no;drop")
+
+
+def test_json_payloads_keep_their_exact_text(url: str) -> None:
+    async def check() -> None:
+        store = open_postgres_store(url)
+        try:
+            await store.create_run(a_run())
+            await store.append_event("r1", "x", {"z": 1, "a": {"é": [2, 1]}})
+            (event,) = await store.events("r1")
+            assert list(event.data) == ["z", "a"]  # key order kept (jsonb would sort)
+        finally:
+            await store.close()
+        schema = url.rsplit("=", 1)[1]
+        assert await raw(url, f"SELECT data FROM {schema}.events") == [
+            (json.dumps({"z": 1, "a": {"é": [2, 1]}}, ensure_ascii=False),)
+        ]
+
+    asyncio.run(check())
