@@ -27,6 +27,7 @@ from iterion_nb.report.build import format_for
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.store import DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
+from iterion_nb.store.location import store_url
 from iterion_nb.store.remote import open_store
 
 #: Exit code when the run is owned by another live process.
@@ -220,15 +221,16 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return await _report(args, out)
     if args.command == "store":
         try:
-            result = await store_copy(args)
+            copied = await store_copy(args)
         except IterionError as err:
             raise CliError(str(err)) from None
-        text = json.dumps(result, indent=2) if args.json else "\n".join(copied_lines(result))
+        text = json.dumps(copied, indent=2) if args.json else "\n".join(copied_lines(copied))
         out.write(text + "\n")
         return 0
     if args.command in ("run", "resume"):
         return await _foreground(args, out)
-    holder = find_holder(resolve_store_path(args.store))
+    # a PostgreSQL store has no holder: every process uses it directly
+    holder = None if store_url(args.store) else find_holder(resolve_store_path(args.store))
     action = args.verb if args.command == "runs" else "cancel"
     try:
         result = None

@@ -47,3 +47,29 @@ def test_copy_moves_whole_runs_and_copying_again_changes_nothing(tmp_path: Path)
     assert json.loads(back.stdout)["updated"] == 1
     same = cli("store", "copy", "./a", "a", cwd=tmp_path)
     assert (same.returncode, same.stderr) == (1, "iterion-nb: SRC and DST are the same store\n")
+
+
+def test_the_cli_on_a_postgresql_store_and_copying_to_it(tmp_path: Path, postgres_url: str) -> None:
+    """Every run command takes a postgresql:// URL; no holder, no local file."""
+    url = postgres_url + ("&" if "?" in postgres_url else "?") + "schema=cli_copy"
+    (tmp_path / "gate.iter").write_text(GATE)
+    paused = json.loads(cli("run", "gate.iter", "--store", url, "--json", cwd=tmp_path).stdout)
+    assert paused["status"] == "paused_waiting_human"
+    listed = cli("runs", "list", "--store", url, cwd=tmp_path)
+    assert f"{paused['id']}  paused_waiting_human" in listed.stdout, listed.stderr
+    (question,) = json.loads(
+        cli("runs", "questions", paused["id"], "--store", url, "--json", cwd=tmp_path).stdout
+    )["interactions"]
+    answered = cli("runs", "answer", paused["id"], question["id"], "yes", "--store", url,
+                   cwd=tmp_path)  # fmt: skip
+    assert answered.stdout == "answer recorded; the run resumed; it is now finished\n"
+    assert not any(p.suffix == ".duckdb" for p in tmp_path.rglob("*"))  # nothing local
+    # a local store moves up to PostgreSQL, idempotently
+    local = json.loads(cli("run", "gate.iter", "--store", "a", "--json", cwd=tmp_path).stdout)
+    up = json.loads(cli("store", "copy", "a", url, "--json", cwd=tmp_path).stdout)
+    assert up == {"created": 1, "updated": 0, "unchanged": 0, "skipped": []}
+    again = json.loads(cli("store", "copy", "a", url, "--json", cwd=tmp_path).stdout)
+    assert again["unchanged"] == 1
+    moved = json.loads(cli("runs", "show", local["id"], "--store", url, "--json",
+                           cwd=tmp_path).stdout)  # fmt: skip
+    assert moved["status"] == "paused_waiting_human"
