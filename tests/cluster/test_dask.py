@@ -1,7 +1,9 @@
 """Runs on a real Dask LocalCluster (processes, 2 workers): park, resume, kill a worker, race.
 
-The store is a DuckDB file this test process holds and serves; the workers
-are its clients (RemoteStore), and hear its doorbell through the holder.
+Each test runs twice: on PostgreSQL (a real server on loopback, a schema of
+its own; workers hear answers through LISTEN/NOTIFY), and on a DuckDB file
+this test process holds and serves (the workers are its clients and hear its
+doorbell through the holder).
 Tool nodes append ``name-PID`` to ``ran.txt``, so the file tells which node
 ran, how often, and in which process.
 """
@@ -93,12 +95,24 @@ def cluster() -> Iterator[Any]:
     made.close()
 
 
+_schemas = iter(range(10**6))
+
+
+@pytest.fixture(params=["postgres", "duckdb"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the runs live: a postgresql:// URL (a fresh schema), or a DuckDB path."""
+    if request.param == "duckdb":
+        return str(tmp_path / "store")
+    url: str = request.getfixturevalue("postgres_url")
+    return url + ("&" if "?" in url else "?") + f"schema=cluster_{os.getpid()}_{next(_schemas)}"
+
+
 @pytest.fixture
 async def session(
-    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch, store: str
 ) -> AsyncIterator[Session]:
     monkeypatch.chdir(tmp_path)
-    made = Session(tmp_path / "store", cluster=cluster.scheduler_address, workdir=tmp_path)
+    made = Session(store, cluster=cluster.scheduler_address, workdir=tmp_path)
     yield made
     await made.close()
 
@@ -127,7 +141,7 @@ async def until(check: Any, timeout: float = 30.0) -> Any:
 
 
 async def test_a_parked_run_holds_no_worker_and_resumes_when_answered_from_elsewhere(
-    session: Session, tmp_path: Path, cluster: Any
+    session: Session, tmp_path: Path, cluster: Any, store: str
 ) -> None:
     run = await session.start(it.compile(GATE))
     assert await run.wait(60) == "paused_waiting_human"
@@ -137,7 +151,7 @@ async def test_a_parked_run_holds_no_worker_and_resumes_when_answered_from_elsew
     assert all(not tasks for tasks in client.processing().values())  # no worker busy with it
     (question,) = await run.pending_questions()
     # answered by a process that exits at once, through the store alone (no session)
-    subprocess.run([sys.executable, "-c", ANSWER, str(tmp_path / "store"), question.id], check=True)
+    subprocess.run([sys.executable, "-c", ANSWER, store, question.id], check=True)
     answered = time.monotonic()
 
     async def going() -> bool:
@@ -153,12 +167,12 @@ async def test_a_parked_run_holds_no_worker_and_resumes_when_answered_from_elsew
 
 
 async def test_two_sessions_racing_to_resume_on_the_cluster_run_it_once(
-    session: Session, tmp_path: Path, cluster: Any
+    session: Session, tmp_path: Path, cluster: Any, store: str
 ) -> None:
     run = await session.start(it.compile(GATE))
     assert await run.wait(60) == "paused_waiting_human"
     (question,) = await run.pending_questions()
-    other = Session(tmp_path / "store", cluster=cluster.scheduler_address, workdir=tmp_path)
+    other = Session(store, cluster=cluster.scheduler_address, workdir=tmp_path)
     try:
         results = await asyncio.gather(
             session.resume(run.id, answers={question.id: "yes"}),
@@ -282,11 +296,11 @@ class CliCluster:
 
 
 async def test_a_worker_killed_with_its_nanny_mid_run_the_run_goes_on_elsewhere(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
     cluster = await asyncio.to_thread(CliCluster, tmp_path)
-    session = Session(tmp_path / "store", cluster=cluster.address, workdir=tmp_path)
+    session = Session(store, cluster=cluster.address, workdir=tmp_path)
     try:
         run = await session.start(it.compile(SLOW))
 
