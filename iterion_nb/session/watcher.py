@@ -1,4 +1,12 @@
-"""The worker plugin that resumes cluster runs when they can go on (imports Dask: load lazily)."""
+"""The worker plugin that resumes cluster runs when they can go on (imports Dask: load lazily).
+
+Clients register it on the cluster (``Session(cluster=…)`` does). A worker
+can also start with it, whatever its scheduler knows — the robust setup,
+which survives a scheduler restart::
+
+    export ITERION_NB_STORE=postgresql://…
+    dask worker tcp://HOST:8786 --preload iterion_nb.session.watcher
+"""
 
 from __future__ import annotations
 
@@ -113,3 +121,16 @@ class RunWatcher(distributed.WorkerPlugin):
         if run.status not in ("interrupted", "paused_waiting_human"):
             return
         await submit_resume(client, self.store_spec, run)
+
+
+def dask_setup(worker: Any) -> None:
+    """``dask worker --preload iterion_nb.session.watcher``: watch ``ITERION_NB_STORE``'s runs."""
+    import os
+
+    spec = os.environ.get("ITERION_NB_STORE")
+    if not spec:
+        log.warning("iterion_nb watcher: ITERION_NB_STORE is not set; watching nothing")
+        return
+    watcher = RunWatcher(spec)
+    watcher.setup(worker)
+    worker._iterion_watcher = watcher  # kept alive with the worker

@@ -29,6 +29,8 @@ import iterion_nb as it
 from iterion_nb.errors import ResumeError, RunOwnedError
 from iterion_nb.session import Session
 
+from .procs import CliCluster
+
 distributed = pytest.importorskip("distributed")
 
 CLI = str(Path(sys.executable).parent / "iterion-nb")
@@ -250,49 +252,6 @@ HOLDER = textwrap.dedent(
     asyncio.run(main())
     """
 )
-
-
-class CliCluster:
-    """``dask scheduler`` and two ``dask worker`` processes (each a nanny and its worker)."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        bin_dir = Path(sys.executable).parent
-        file = tmp_path / "scheduler.json"
-        self.scheduler = subprocess.Popen(
-            [str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-             "--scheduler-file", str(file), "--no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while not file.exists():
-            assert time.monotonic() < deadline, "the scheduler did not start"
-            time.sleep(0.05)
-        self.address = json.loads(file.read_text())["address"]
-        self.workers = [
-            subprocess.Popen(
-                [
-                    str(bin_dir / "dask"),
-                    "worker",
-                    self.address,
-                    "--nthreads",
-                    "2",
-                    "--no-dashboard",
-                    "--local-directory",
-                    str(tmp_path / f"w{n}"),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for n in range(2)
-        ]
-        with distributed.Client(self.address, timeout="60s") as client:
-            client.wait_for_workers(2, timeout=60)
-
-    def close(self) -> None:
-        for proc in [*self.workers, self.scheduler]:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
 
 
 async def test_a_worker_killed_with_its_nanny_mid_run_the_run_goes_on_elsewhere(

@@ -1,0 +1,108 @@
+"""A Dask cluster of real processes for the tests: a scheduler and ``dask worker`` processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import distributed
+
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        return [int(p) for p in path.read_text().split()]
+    except OSError:
+        return []
+
+
+class CliCluster:
+    """``dask scheduler`` and ``dask worker`` processes (each worker: a nanny and its worker)."""
+
+    def __init__(self, tmp_path: Path, workers: int = 2, store: str | None = None) -> None:
+        """Start a scheduler and ``workers`` workers (preloaded with the watcher if ``store``)."""
+        self.tmp_path = tmp_path
+        self.store = store
+        self.port = _free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.scheduler = self._scheduler()
+        self.workers: list[subprocess.Popen[bytes]] = []
+        for _ in range(workers):
+            self.add_worker()
+        if workers:
+            self.wait_for_workers(workers)
+
+    def _scheduler(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(self.port),
+             "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not _listening(self.port):
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.05)
+        return proc
+
+    def wait_for_workers(self, count: int) -> None:
+        """Until ``count`` workers are connected to the scheduler."""
+        with distributed.Client(self.address, timeout="60s") as client:
+            client.wait_for_workers(count, timeout=60)
+
+    def restart_scheduler(self) -> None:
+        """Kill the scheduler (SIGKILL) and start a new one on the same address."""
+        self.scheduler.kill()
+        self.scheduler.wait()
+        self.scheduler = self._scheduler()
+
+    def add_worker(self) -> subprocess.Popen[bytes]:
+        """One more ``dask worker`` process (a nanny and its worker)."""
+        env = dict(os.environ)
+        preload: list[str] = []
+        if self.store is not None:
+            env["ITERION_NB_STORE"] = self.store
+            preload = ["--preload", "iterion_nb.session.watcher"]
+        local = self.tmp_path / f"worker{len(self.workers)}-{time.monotonic_ns()}"
+        proc = subprocess.Popen(
+            [str(BIN / "dask"), "worker", self.address, "--nthreads", "2", "--no-dashboard",
+             "--local-directory", str(local), *preload],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        self.workers.append(proc)
+        return proc
+
+    def kill_workers(self) -> None:
+        """SIGKILL every worker together with its nanny."""
+        for proc in self.workers:
+            for child in _children(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+        self.workers.clear()
+
+    def close(self) -> None:
+        """Stop everything."""
+        self.kill_workers()
+        if self.scheduler.poll() is None:
+            self.scheduler.kill()
+            self.scheduler.wait()
