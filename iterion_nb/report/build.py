@@ -13,6 +13,8 @@ from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
+from iterion_nb.view.states import NodeView, Visit, node_views
+from iterion_nb.view.usage import usage
 
 Format = Literal["html", "md"]
 FORMATS: tuple[Format, ...] = ("html", "md")
@@ -22,16 +24,6 @@ LIVE = ("running",)
 
 class ReportError(IterionError):
     """A report that cannot be made or written (the message says why)."""
-
-
-@dataclass
-class Visit:
-    """One run of one node: when it started and ended, and how."""
-
-    node: str
-    started: datetime
-    ended: datetime | None = None
-    state: str = "running"
 
 
 @dataclass
@@ -45,6 +37,9 @@ class ReportData:
     generated_at: datetime
     outputs: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
+    _views: tuple[dict[str, NodeView], list[Visit]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def live(self) -> bool:
@@ -57,33 +52,19 @@ class ReportData:
         end = self.events[-1].at if self.events else self.run.updated_at
         return max(0.0, (max(end, self.run.updated_at) - self.run.created_at).total_seconds())
 
+    def views(self) -> tuple[dict[str, NodeView], list[Visit]]:
+        """Each node's state (as the run widget shows it) and every node visit."""
+        if self._views is None:
+            self._views = node_views(self.workflow, self.events, self.interactions, self.run.status)
+        return self._views
+
     def timeline(self) -> list[Visit]:
-        """Node visits in order, from ``node_started`` / ``node_finished`` / failures."""
-        visits: list[Visit] = []
-        open_: dict[tuple[str | None, str], Visit] = {}
-        for event in self.events:
-            node = event.node_id
-            if node is None:
-                continue
-            key = (event.branch_id, node)
-            if event.type == "node_started":
-                visit = Visit(node, event.at)
-                open_[key] = visit
-                visits.append(visit)
-            elif event.type in ("node_finished", "node_failed", "branch_finished") and (
-                key in open_
-            ):
-                visit = open_.pop(key)
-                visit.ended = event.at
-                failed = event.type == "node_failed" or (
-                    event.type == "branch_finished" and event.data.get("how") == "failed"
-                )
-                visit.state = "failed" if failed else "done"
-        pending = {q.node_id for q in self.interactions if q.pending and q.kind != "async"}
-        for visit in open_.values():
-            if visit.node in pending:
-                visit.state = "parked"
-        return visits
+        """Node visits in order (loops and retries visit again), with how each ended."""
+        return self.views()[1]
+
+    def states(self) -> dict[str, NodeView]:
+        """Each node's state: pending, running, waiting, finished, failed or skipped."""
+        return self.views()[0]
 
 
 async def collect(store: Store, run_id: str) -> ReportData:
@@ -171,9 +152,21 @@ def answer_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def _of(used: str, limit: str | None) -> str:
+    return f"{used} of {limit} (budget)" if limit is not None else used
+
+
 def summary_rows(data: ReportData) -> list[tuple[str, str]]:
-    """The summary: status, times, duration, tokens, cost, error."""
-    run, usage = data.run, data.usage
+    """The summary: status, times, duration, tokens and cost (against the budget), error."""
+    run = data.run
+    used = usage(data.events, run.status, data.usage)
+    budget = data.workflow.budget if data.workflow is not None else None
+    executing = used.seconds
+    if used.since is not None:
+        executing += (data.generated_at - used.since).total_seconds()
+    max_s = budget.max_duration_seconds if budget else None
+    max_t = budget.max_tokens if budget else None
+    max_c = budget.max_cost_usd if budget else None
     rows = [
         ("Run", run.id),
         ("Workflow", run.workflow),
@@ -181,8 +174,9 @@ def summary_rows(data: ReportData) -> list[tuple[str, str]]:
         ("Started", stamp(run.created_at)),
         ("Last update", stamp(run.updated_at)),
         ("Duration", seconds(data.duration_seconds)),
-        ("Tokens", str(usage.get("tokens", 0))),
-        ("Cost", f"${float(usage.get('cost_usd', 0.0)):.4f}"),
+        ("Executing", _of(seconds(executing), seconds(max_s) if max_s is not None else None)),
+        ("Tokens", _of(str(used.tokens), str(max_t) if max_t is not None else None)),
+        ("Cost", _of(f"${used.cost_usd:.4f}", f"${max_c:.2f}" if max_c is not None else None)),
         (
             "Questions",
             f"{len(data.interactions)} ({sum(q.pending for q in data.interactions)} pending)",
@@ -193,3 +187,11 @@ def summary_rows(data: ReportData) -> list[tuple[str, str]]:
     if run.error:
         rows.append(("Error", run.error))
     return rows
+
+
+def answer_shown(q: Interaction) -> str:
+    """An answer as people read it: an option's label with its id, else the text."""
+    labels = {o.id: o.label for o in q.options}
+    if isinstance(q.answers, str) and labels.get(q.answers) not in (None, "", q.answers):
+        return f"{labels[q.answers]} ({q.answers})"
+    return answer_text(q.answers)

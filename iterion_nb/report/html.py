@@ -6,11 +6,9 @@ import json
 from html import escape
 from typing import Any
 
-from iterion_nb.ir.layout import graph_layout
-from iterion_nb.report.build import ReportData, answer_text, seconds, stamp, summary_rows
+from iterion_nb.report.build import ReportData, answer_shown, seconds, stamp, summary_rows
+from iterion_nb.view import graph_layout, graph_svg
 
-COLORS = {"pending": "#eee", "running": "#9cf", "done": "#9d9", "failed": "#f99", "parked": "#fd7"}
-W, H = 130, 40
 #: Longest event data shown in full; longer data is cut (the store has it all).
 EVENT_DATA_CHARS = 400
 
@@ -45,47 +43,7 @@ def _wrap(klass: str, head: str, rows: list[str]) -> str:
 def _graph(data: ReportData) -> str:
     if data.workflow is None:
         return "<p>(the workflow's source is not available)</p>"
-    layout = graph_layout(data.workflow)
-    states: dict[str, str] = {}
-    for visit in data.timeline():
-        states[visit.node] = visit.state
-    at = {n["id"]: n for n in layout["nodes"]}
-    parts = [
-        f'<svg width="{layout["width"]}" '
-        f'height="{layout["height"] + 30}" role="img" aria-label="workflow graph">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
-        'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#777"/></marker></defs>',
-    ]
-    for edge in layout["edges"]:
-        a, b = at.get(edge["src"]), at.get(edge["dst"])
-        if a is None or b is None:
-            continue
-        x1, y1, x2, y2 = a["x"] + W, a["y"] + H / 2, b["x"], b["y"] + H / 2
-        if edge["back"]:
-            ax, bx = a["x"] + W / 2, b["x"] + W / 2
-            top, bottom = a["y"] + H, b["y"] + H
-            path = f"M{ax},{top} C{ax},{top + 30} {bx},{bottom + 30} {bx},{bottom}"
-        else:
-            path = f"M{x1},{y1} C{x1 + 20},{y1} {x2 - 20},{y2} {x2},{y2}"
-        parts.append(f'<path d="{path}" fill="none" stroke="#777" marker-end="url(#arrow)"/>')
-        if edge["label"]:
-            parts.append(
-                f'<text x="{(x1 + x2) / 2 - 20}" y="{(y1 + y2) / 2 - 4}" font-size="10" '
-                f'fill="#555">{escape(edge["label"])}</text>'
-            )
-    for node in layout["nodes"]:
-        state = states.get(node["id"], "pending")
-        parts.append(
-            f'<g class="node" data-node="{escape(node["id"])}" data-state="{state}">'
-            f'<rect x="{node["x"]}" y="{node["y"]}" width="{W}" height="{H}" rx="6" '
-            f'fill="{COLORS[state]}" stroke="#555"/>'
-            f'<text x="{node["x"] + 8}" y="{node["y"] + 16}" font-size="12">'
-            f"{escape(node['id'])}</text>"
-            f'<text x="{node["x"] + 8}" y="{node["y"] + 31}" font-size="10" fill="#555">'
-            f"{escape(node['kind'])} · {state}</text></g>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    return graph_svg(graph_layout(data.workflow), data.states(), prefix="report")
 
 
 def _questions(data: ReportData) -> str:
@@ -97,9 +55,7 @@ def _questions(data: ReportData) -> str:
             f'<span class="async">{escape(q.kind)}</span>' if q.kind == "async" else escape(q.kind)
         )
         options = ", ".join(f"{o.label or o.id} ({o.id})" for o in q.options)
-        answer = (
-            '<span class="pending">pending</span>' if q.pending else escape(answer_text(q.answers))
-        )
+        answer = '<span class="pending">pending</span>' if q.pending else escape(answer_shown(q))
         rows.append(
             f'<tr class="question" data-interaction="{escape(q.id)}"><td>{kind}</td>'
             f"<td>{escape(q.node_id)}</td><td>{escape(' / '.join(q.questions))}</td>"

@@ -48,8 +48,9 @@ async def test_markdown_report_has_every_section(session: Session) -> None:
                     "## Events ("):  # fmt: skip
         assert heading in md
     assert "| Status | finished |" in md
+    assert f"## Summary\n\n| Run | {run.id} |\n|---|---|\n| Workflow | release_notes |" in md
     assert "```mermaid\nflowchart TD" in md
-    assert "| gatherer | done |" in md and "| finalizer | done |" in md
+    assert "| gatherer | finished |" in md and "| finalizer | finished |" in md
     assert '"title": "iterion_nb 0.1"' in md  # the finalizer's output
     # every question: async marked, options, the answer (escaped, pipes too), who, when
     assert (
@@ -72,7 +73,8 @@ async def test_html_report_is_self_contained_and_escaped(session: Session, tmp_p
     assert "<script" not in html.lower()
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
     assert "http://" not in html and "https://" not in html  # nothing fetched
-    assert 'data-state="done"' in html and "<svg" in html
+    assert html.count('data-state="finished"') == 3 and "<svg" in html
+    assert 'id="report-arrow"' in html and "url(#report-arrow)" in html
     assert '<span class="async">async</span>' in html
 
 
@@ -93,7 +95,7 @@ async def test_tokens_cost_and_durations_come_from_the_run(tmp_path: Path) -> No
         assert "| Tokens | 1234 |" in md and "| Cost | $0.0567 |" in md
         assert "| Questions | 1 (1 pending) |" in md
         assert "| human | a | Ship? | Yes (y) | *pending* |" in md
-        assert "| a | parked |" in md  # waiting on its blocking question
+        assert "| a | waiting |" in md  # waiting on its blocking question
         assert "(the workflow's source is not available)" in md
     finally:
         await s.close()
@@ -175,3 +177,89 @@ async def test_a_failing_tool_node_is_a_failed_step_in_the_timeline(tmp_path: Pa
     row = next(line for line in md.splitlines() if line.startswith("| broken |"))
     assert row.startswith("| broken | failed |"), row
     assert "| — |" not in row  # the step is closed: it has an end time
+
+
+async def test_the_mermaid_graph_shows_each_node_s_state_in_colour_and_words(
+    tmp_path: Path,
+) -> None:
+    """Same states as the run widget: finished, waiting (with what for), pending; skipped."""
+    session = Session(
+        tmp_path / "store", scenario=ROOT / "examples" / "async_questions.scenario.yaml"
+    )
+    try:
+        run = await session.start(
+            it.compile((ROOT / "examples" / "async_questions.iter").read_text())
+        )
+        first = await run.next_question(timeout=10)
+        assert first is not None
+        await run.answer(first.id, "formal")
+        for _ in range(200):  # the gate counts one of two answers in
+            md = await run.report()
+            if "waiting for 1 of 2 answers" in md:
+                break
+            await asyncio.sleep(0.02)
+        mermaid = md.split("```mermaid\n")[1].split("```")[0]
+        assert "gatherer<br/><small>agent, interaction: async · finished</small>" in mermaid
+        assert "· waiting for 1 of 2 answers</small>" in mermaid
+        assert "finalizer<br/><small>agent · pending</small>" in mermaid
+        for state in ("pending", "running", "waiting", "finished", "failed", "skipped"):
+            assert f"  classDef {state} fill:" in mermaid
+        assert "  class n_gatherer finished" in mermaid
+        assert "  class n_gate waiting" in mermaid
+        assert "  class n_finalizer pending" in mermaid
+        await run.cancel()
+    finally:
+        await session.close()
+
+
+async def test_a_failed_node_is_failed_in_both_reports_and_the_rest_skipped(
+    tmp_path: Path,
+) -> None:
+    flow = (
+        'tool broken:\n  command: "exit 3"\n\ntool after:\n  command: "true"\n\n'
+        "workflow w:\n  entry: broken\n  broken -> after\n  after -> done\n"
+    )
+    session = Session(tmp_path / "store", workdir=tmp_path)
+    try:
+        run = await session.start(it.compile(flow))
+        assert await run.wait(10) == "failed_resumable"
+        html = await run.report("html")
+        md = await run.report("md")
+    finally:
+        await session.close()
+    assert '<g class="node" data-node="broken" data-state="failed">' in html
+    # resumable: the node after it may still run, so it is pending, not skipped
+    assert '<g class="node" data-node="after" data-state="pending">' in html
+    assert "  class n_broken failed" in md and "  class n_after pending" in md
+
+
+async def test_budget_limits_show_beside_what_was_used(tmp_path: Path) -> None:
+    flow = (
+        'agent a:\n  model: "scripted"\n  user: "hi"\n\nworkflow w:\n  entry: a\n'
+        '  budget:\n    max_tokens: 5000\n    max_cost_usd: 2\n    max_duration: "10m"\n'
+        "  a -> done\n"
+    )
+    scenario = {"nodes": {"a": [{"output": "hello", "tokens": {"in": 30, "out": 12},
+                                 "cost_usd": 0.25}]}}  # fmt: skip
+    session = Session(tmp_path / "store", scenario=scenario)
+    try:
+        run = await session.start(it.compile(flow))
+        assert await run.wait(10) == "finished"
+        md = await run.report()
+    finally:
+        await session.close()
+    assert "| Tokens | 42 of 5000 (budget) |" in md
+    assert "| Cost | $0.2500 of $2.00 (budget) |" in md
+    assert "of 10 min 00 s (budget) |" in md
+
+
+async def test_an_option_answer_reads_as_its_label(session: Session) -> None:
+    run = await session.start(it.compile((ROOT / "examples" / "async_questions.iter").read_text()))
+    first = await run.next_question(timeout=10)
+    assert first is not None and first.options
+    await run.answer(first.id, "formal")
+    md = await run.report()
+    assert "| Formal (formal) |" in md
+    html = await run.report("html")
+    assert "<td>Formal (formal)</td>" in html
+    await run.cancel()
