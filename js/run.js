@@ -1,106 +1,332 @@
-// The run widget: the workflow graph with node states, progress, events, questions.
-// Every piece of agent-written text goes through textContent: never HTML.
+// The run widget: the workflow graph with each node's state, the run's usage against its
+// budget, the selected node's details, and the run's pending questions as forms.
 
-const SVG = "http://www.w3.org/2000/svg";
-
-function h(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (key === "class") node.className = value;
-    else node.setAttribute(key, value);
-  }
-  for (const child of children) {
-    if (child === null || child === undefined) continue;
-    node.append(typeof child === "string" ? document.createTextNode(child) : child);
-  }
-  return node;
-}
-
-function s(tag, attrs = {}, text = null) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
-  if (text !== null) node.textContent = text;
-  return node;
-}
-
-const COLORS = {
-  pending: "#eee", running: "#9cf", done: "#9d9", failed: "#f99", parked: "#fd7",
+const STATE_COLOR = {
+  pending: "var(--jp-layout-color4, #757575)",
+  running: "var(--jp-brand-color1, #1976d2)",
+  waiting: "var(--jp-warn-color1, #f57c00)",
+  finished: "var(--jp-success-color1, #388e3c)",
+  failed: "var(--jp-error-color1, #d32f2f)",
+  skipped: "var(--jp-border-color1, #bdbdbd)",
 };
-const W = 130, H = 40;
+const STATUS_COLOR = {
+  running: STATE_COLOR.running, paused_waiting_human: STATE_COLOR.waiting, finished: STATE_COLOR.finished,
+  failed: STATE_COLOR.failed, failed_resumable: STATE_COLOR.failed, cancelled: STATE_COLOR.pending,
+  interrupted: "var(--jp-warn-color0, #e65100)",
+};
+const STATUS_TEXT = {
+  paused_waiting_human: "paused: waiting for an answer", failed_resumable: "failed (resumable)",
+  interrupted: "interrupted", starting: "starting",
+};
 
-const STYLE = `
-.iterion-run { font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px; }
-.iterion-run .status { font-weight: bold; }
-.iterion-run .error { color: #b00; white-space: pre-wrap; }
-.iterion-run table { border-collapse: collapse; font-size: 12px; }
-.iterion-run td { padding: 1px 6px; vertical-align: top; }
-.iterion-run .meta { color: #666; }
+function tint(color, percent) {
+  return `color-mix(in srgb, ${color} ${percent}%, var(--jp-layout-color1, #fff))`;
+}
+
+const STYLE = BASE_STYLE + `
+.iterion-run .header { display: flex; flex-wrap: wrap; gap: 6px 12px; align-items: baseline; margin-bottom: 4px; }
+.iterion-run .title { font-weight: 600; }
+.iterion-run .status { font-weight: 600; padding: 1px 8px; border-radius: 10px; border: 1px solid; }
+${Object.entries(STATUS_COLOR).map(([k, c]) => `.iterion-run .status[data-status=${k}] { border-color: ${c}; background: ${tint(c, 18)}; }`).join("\n")}
+.iterion-run .status[data-status=interrupted] { border-style: dashed; border-width: 2px; }
+.iterion-run .meter { white-space: nowrap; }
+.iterion-run .meter.over { color: var(--jp-ui-font-color0, #000); font-weight: 600; border-bottom: 2px solid var(--jp-error-color1, #d32f2f); }
+.iterion-run .note { margin: 4px 0; padding: 4px 8px; border-left: 4px dashed var(--jp-warn-color0, #e65100);
+  background: ${tint("var(--jp-warn-color1, #f57c00)", 12)}; }
+.iterion-run .toolbar { display: flex; gap: 4px; align-items: center; margin: 4px 0; }
+.iterion-run .toolbar button { padding: 0 8px; min-width: 2em; }
+.iterion-run .viewport { max-height: 560px; overflow: auto; width: fit-content; max-width: 100%; border: 1px solid var(--jp-border-color2, #ddd); border-radius: 6px;
+  background: var(--jp-layout-color1, #fff); }
+.iterion-run svg { display: block; }
+.iterion-run svg text { fill: var(--jp-ui-font-color0, #000); font-family: var(--jp-ui-font-family, sans-serif); }
+.iterion-run svg .edge { fill: none; stroke: var(--jp-layout-color4, #757575); stroke-width: 1.3; }
+.iterion-run svg .edge.back { stroke-dasharray: 5 4; }
+.iterion-run svg .arrowhead { fill: var(--jp-layout-color4, #757575); }
+.iterion-run svg .edge-label { font-size: 10px; fill: var(--jp-ui-font-color1, #222); paint-order: stroke;
+  stroke: var(--jp-layout-color1, #fff); stroke-width: 3px; }
+.iterion-run svg g.node { cursor: pointer; outline: none; }
+.iterion-run svg g.node:focus-visible rect { stroke-width: 3.5; stroke-dasharray: none; }
+.iterion-run svg g.node rect { stroke-width: 1.5; }
+${Object.entries(STATE_COLOR).map(([k, c]) => `.iterion-run svg g.node[data-state=${k}] rect { stroke: ${c}; fill: ${tint(c, k === "skipped" || k === "pending" ? 6 : 20)}; }`).join("\n")}
+.iterion-run svg g.node[data-state=skipped] rect { stroke-dasharray: 4 3; }
+.iterion-run svg g.node[data-state=running] rect { stroke-width: 2.5; }
+.iterion-run svg g.node.selected rect { stroke-width: 3.5; }
+.iterion-run svg g.node .name { font-weight: 600; font-size: 12px; }
+.iterion-run svg g.node .kind { font-size: 11px; fill: var(--jp-ui-font-color1, #222); }
+.iterion-run svg g.node .state { font-size: 11px; font-weight: 600; }
+.iterion-run svg .terminal circle { fill: var(--jp-layout-color2, #eee); stroke: var(--jp-layout-color4, #757575); }
+.iterion-run svg .terminal text { font-size: 11px; }
+.iterion-run .panel { border: 1px solid var(--jp-border-color1, #bbb); border-radius: 6px; padding: 6px 10px; margin: 6px 0;
+  background: var(--jp-layout-color1, #fff); }
+.iterion-run .panel h4 { margin: 8px 0 2px; font-size: var(--jp-ui-font-size1, 13px); }
+.iterion-run .panel .close { float: right; }
+.iterion-run .forms h4 { margin: 8px 0 2px; }
 `;
 
-function graph(model) {
-  const g = model.get("graph");
-  const states = model.get("states");
-  const svg = s("svg", { width: g.width || 10, height: g.height || 10, class: "graph" });
+function graphView(model, onSelect) {
+  const g = model.get("graph") || {};
+  const marker = uid("iterion-arrow");
+  const svg = s("svg", { class: "graph", viewBox: `0 0 ${g.width || 10} ${g.height || 10}`, role: "img", "aria-label": "workflow graph" });
   const defs = s("defs");
-  const marker = s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 6, markerHeight: 6, orient: "auto" });
-  marker.append(s("path", { d: "M0,0 L10,5 L0,10 z", fill: "#777" }));
-  defs.append(marker);
+  const head = s("marker", { id: marker, viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
+  head.append(s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }));
+  defs.append(head);
   svg.append(defs);
-  const at = Object.fromEntries((g.nodes || []).map((n) => [n.id, n]));
   for (const e of g.edges || []) {
-    const a = at[e.src], b = at[e.dst];
-    if (!a || !b) continue;
-    const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2;
-    const d = e.back
-      ? `M${a.x + W / 2},${a.y + H} C${a.x + W / 2},${a.y + H + 30} ${b.x + W / 2},${b.y + H + 30} ${b.x + W / 2},${b.y + H}`
-      : `M${x1},${y1} C${x1 + 20},${y1} ${x2 - 20},${y2} ${x2},${y2}`;
-    svg.append(s("path", { d, fill: "none", stroke: "#777", "marker-end": "url(#arrow)" }));
-    if (e.label) svg.append(s("text", { x: (x1 + x2) / 2 - 20, y: (y1 + y2) / 2 - 4, "font-size": 10, fill: "#555" }, e.label));
+    svg.append(s("path", { d: edgePath(e.points, e.back), class: e.back ? "edge back" : "edge", "marker-end": `url(#${marker})`, "data-src": e.src, "data-dst": e.dst }));
+    if (e.label) {
+      const [x, y] = labelAt(e.points, e.back);
+      svg.append(s("text", { x, y, class: "edge-label" }, e.label));
+    }
   }
+  const groups = {};
   for (const n of g.nodes || []) {
-    const state = states[n.id] || "pending";
-    const group = s("g", { class: `node ${state}`, "data-node": n.id, "data-state": state });
-    group.append(s("rect", { x: n.x, y: n.y, width: W, height: H, rx: 6, fill: COLORS[state], stroke: "#555" }));
-    group.append(s("text", { x: n.x + 8, y: n.y + 16, "font-size": 12 }, n.id));
-    group.append(s("text", { x: n.x + 8, y: n.y + 31, "font-size": 10, fill: "#555" }, `${n.kind} · ${state}`));
+    if (n.terminal) {
+      const r = n.w / 2;
+      const t = s("g", { class: "terminal", "data-node": n.id });
+      t.append(s("circle", { cx: n.x + r, cy: n.y + r, r }), s("text", { x: n.x + r, y: n.y + r + 4, "text-anchor": "middle" }, n.id));
+      svg.append(t);
+      continue;
+    }
+    const group = s("g", { class: "node", "data-node": n.id, tabindex: 0, role: "button" });
+    const title = s("title");
+    group.append(title, s("rect", { x: n.x, y: n.y, width: n.w, height: n.h, rx: 7 }));
+    group.append(s("text", { x: n.x + 8, y: n.y + 17, class: "name" }, clip(n.id, n.w, 7.4)));
+    group.append(s("text", { x: n.x + 8, y: n.y + 32, class: "kind" }, clip(n.kind, n.w, 6.4)));
+    const state = s("text", { x: n.x + 8, y: n.y + 47, class: "state" }, "");
+    group.append(state);
+    group.addEventListener("click", () => onSelect(n.id));
+    group.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); onSelect(n.id); } });
+    groups[n.id] = { group, state, title, node: n };
     svg.append(group);
   }
-  return svg;
+  const paint = () => {
+    const states = model.get("states") || {}, notes = model.get("notes") || {}, selected = model.get("selected");
+    for (const [id, { group, state, title, node }] of Object.entries(groups)) {
+      const value = states[id] || "pending";
+      const text = notes[id] || value;
+      group.setAttribute("data-state", value);
+      group.classList.toggle("selected", id === selected);
+      state.textContent = clip(text, node.w, 6.4);
+      title.textContent = `${id} (${node.kind}): ${text}`;
+    }
+  };
+  paint();
+  return { svg, paint, width: g.width || 10, height: g.height || 10 };
+}
+
+function clip(text, width, char) {
+  const room = Math.max(1, Math.floor((width - 16) / char));
+  return text.length <= room ? text : text.slice(0, room - 1) + "…";
+}
+
+function edgePath(points, back) {
+  const [x0, y0] = points[0];
+  if (back && points.length === 4) {
+    const lane = points[1][0], [x3, y3] = points[3];
+    if (y0 === y3) return `M${x0},${y0 - 8} C${lane + 24},${y0 - 30} ${lane + 24},${y3 + 30} ${x3},${y3 + 8}`;
+    const r = Math.min(10, Math.abs(y0 - y3) / 2, Math.max(lane - x0, 1)), up = y3 < y0 ? -1 : 1;
+    return `M${x0},${y0} L${lane - r},${y0} Q${lane},${y0} ${lane},${y0 + up * r} L${lane},${y3 - up * r} Q${lane},${y3} ${lane - r},${y3} L${x3},${y3}`;
+  }
+  let d = `M${x0},${y0}`;
+  for (let i = 1; i < points.length; i++) {
+    const [ax, ay] = points[i - 1], [bx, by] = points[i], mid = (ay + by) / 2;
+    d += ` C${ax},${mid} ${bx},${mid} ${bx},${by}`;
+  }
+  return d;
+}
+
+function labelAt(points, back) {
+  if (back) return [points[1][0] + 4, (points[1][1] + points[2][1]) / 2];
+  return [(points[0][0] + points[1][0]) / 2 + 4, (points[0][1] + points[1][1]) / 2];
+}
+
+function money(value) { return `$${Number(value || 0).toFixed(4)}`; }
+
+function meters(usage, status) {
+  const running = status === "running" && usage.since;
+  const secs = (usage.seconds || 0) + (running ? Math.max(0, (Date.now() - Date.parse(usage.since)) / 1000) : 0);
+  const parts = [];
+  const meter = (label, used, limit, fmt) => {
+    const over = limit !== null && limit !== undefined && used >= limit;
+    const text = limit !== null && limit !== undefined ? `${label} ${fmt(used)} / ${fmt(limit)}` : `${label} ${fmt(used)}`;
+    parts.push(h("span", { class: over ? "meter over" : "meter", "data-meter": label }, text));
+  };
+  meter("time", secs, usage.max_seconds, seconds);
+  meter("tokens", usage.tokens || 0, usage.max_tokens, (n) => Number(n).toLocaleString());
+  meter("cost", usage.cost_usd || 0, usage.max_cost_usd, money);
+  return parts;
+}
+
+function detailsPanel(d, close) {
+  const panel = h("div", { class: "panel details", "data-node": d.node });
+  panel.append(h("button", { type: "button", class: "close", title: "Close", onclick: close }, "×"),
+    h("div", {}, h("b", {}, d.node), ` (${d.kind}) — `, h("span", { class: "detail-state" }, d.text)));
+  const section = (title, ...body) => panel.append(h("h4", {}, title), ...body);
+  if (d.visits.length) {
+    const rows = d.visits.map((v, i) => h("tr", {}, h("td", {}, `#${i + 1}`), h("td", {}, when(v.started)),
+      h("td", {}, v.seconds === null ? "…" : seconds(v.seconds)), h("td", {}, v.state), h("td", {}, v.error || "")));
+    section("Timing", h("table", { class: "visits" }, h("tr", {}, ...["visit", "started", "took", "state", ""].map((t) => h("th", {}, t))), ...rows));
+  } else {
+    panel.append(h("div", { class: "meta" }, "Not started yet."));
+  }
+  if (d.input !== null && d.input !== undefined) section("Input", h("pre", { class: "input" }, show(d.input)));
+  if (d.output !== null && d.output !== undefined) section("Output", h("pre", { class: "output" }, show(d.output)));
+  if (d.turns.length) {
+    section(`Model turns (${d.turns.length})`, ...d.turns.map((t, i) => h("div", { class: "turn" },
+      h("div", { class: "meta" }, `turn ${i + 1} · `, when(t.at)),
+      t.request ? h("pre", { class: "request" }, `request: ${show(t.request)}`) : null,
+      t.reply ? h("pre", { class: "reply" }, `reply: ${show(t.reply)}`) : h("div", { class: "meta" }, "waiting for the reply…"))));
+  }
+  if (d.tools.length) {
+    section(`Tool calls (${d.tools.length})`, ...d.tools.map((c) => h("div", { class: "tool" },
+      h("div", {}, h("b", {}, String(c.tool ?? "")), " ", h("span", { class: "meta" }, when(c.at))),
+      c.input !== null ? h("pre", {}, `input: ${show(c.input)}`) : null,
+      c.error ? h("pre", { class: "tool-error" }, `error: ${show(c.error)}`)
+        : c.result !== null ? h("pre", {}, `result: ${show(c.result)}`) : null)));
+  }
+  if (d.questions.length) {
+    section(`Questions (${d.questions.length})`, ...d.questions.map((q) => h("div", { class: "asked" },
+      h("div", { class: "question" }, q.questions.join("\n")),
+      h("div", { class: "meta" }, q.answered_at
+        ? [`answered ${JSON.stringify(answerText(q))} by ${q.answered_by || "?"} `, when(q.answered_at)]
+        : ["pending · asked ", when(q.requested_at)]))));
+  }
+  return panel;
 }
 
 function render({ model, el }) {
-  const root = h("div", { class: "iterion-run" });
+  const root = h("div", { class: "iterion iterion-run iterion-live" });
   el.append(h("style", {}, STYLE), root);
-  const draw = () => {
-    const p = model.get("progress");
-    const error = model.get("error");
-    root.replaceChildren(
-      h("div", {},
-        h("span", {}, `Run ${model.get("run_id")} · ${model.get("workflow")} · `),
-        h("span", { class: "status", "data-status": model.get("status") }, model.get("status") || "starting"),
-        h("span", { class: "meta" }, ` · ${p.done ?? 0}/${p.total ?? 0} nodes done · ${p.events ?? 0} events`)),
-      graph(model),
-    );
-    if (error) root.append(h("div", { class: "error" }, error));
-    const questions = model.get("questions");
+  const header = h("div", { class: "header" });
+  const note = h("div", { class: "note-slot" });
+  const zoomOut = h("button", { type: "button", title: "Zoom out", "aria-label": "Zoom out" }, "−");
+  const zoomIn = h("button", { type: "button", title: "Zoom in", "aria-label": "Zoom in" }, "+");
+  const zoomFit = h("button", { type: "button", title: "Fit the width" }, "Fit");
+  const zoomLabel = h("span", { class: "meta zoom" }, "");
+  const toolbar = h("div", { class: "toolbar" }, zoomOut, zoomIn, zoomFit, zoomLabel,
+    h("span", { class: "meta" }, " · click a node for its details"));
+  const viewport = h("div", { class: "viewport" });
+  const details = h("div", { class: "details-slot" });
+  const result = h("div", { class: "result-slot" });
+  const forms = h("div", { class: "forms" });
+  const formList = h("div", { class: "form-list" });
+  const error = h("div", { class: "error-slot" });
+  const extra = h("div", { class: "extra" });
+  root.append(header, note, toolbar, viewport, details, forms, error, extra);
+  let view = null, scale = 1, fitted = false;
+
+  const select = (id) => {
+    model.set("selected", model.get("selected") === id ? "" : id);
+    model.save_changes();
+  };
+  const zoom = (value) => {
+    scale = Math.min(3, Math.max(0.2, value));
+    if (view) {
+      view.svg.setAttribute("width", view.width * scale);
+      view.svg.setAttribute("height", view.height * scale);
+    }
+    zoomLabel.textContent = `${Math.round(scale * 100)}%`;
+  };
+  const fit = () => {
+    const room = root.clientWidth - 4;
+    if (view && room > 0) zoom(Math.min(1, room / view.width));
+  };
+  zoomOut.addEventListener("click", () => zoom(scale / 1.25));
+  zoomIn.addEventListener("click", () => zoom(scale * 1.25));
+  zoomFit.addEventListener("click", fit);
+  viewport.addEventListener("wheel", (ev) => {
+    if (!ev.ctrlKey) return;
+    ev.preventDefault();
+    zoom(scale * (ev.deltaY < 0 ? 1.1 : 1 / 1.1));
+  }, { passive: false });
+
+  const drawGraph = () => {
+    view = graphView(model, select);
+    viewport.replaceChildren(view.svg);
+    zoom(scale);
+    if (!fitted && root.clientWidth > 0) { fitted = true; fit(); }
+  };
+  const drawHeader = () => {
+    const status = model.get("status") || "starting";
+    const p = model.get("progress") || {};
+    const usage = model.get("usage") || {};
+    header.replaceChildren(
+      h("span", { class: "title" }, "Run ", h("code", {}, model.get("run_id")), ` · ${model.get("workflow") || ""}`),
+      h("span", { class: "status", "data-status": status }, STATUS_TEXT[status] || status),
+      ...meters(usage, status),
+      h("span", { class: "meta counts" }, `${p.done ?? 0}/${p.total ?? 0} nodes finished · ${p.events ?? 0} events`));
+    note.replaceChildren(status === "interrupted"
+      ? h("div", { class: "note" }, "Nothing runs this run now: the kernel or process that ran it stopped. ",
+        "It resumes where it stopped with ", h("code", {}, `%iterion resume ${model.get("run_id")}`), ".")
+      : "");
+  };
+  const drawDetails = () => {
+    const d = model.get("details") || {};
+    details.replaceChildren(d.node ? detailsPanel(d, () => select(d.node)) : "");
+  };
+  const drawForms = () => {
+    const pending = (model.get("questions") || []).filter((q) => !q.answered_at);
+    if (!pending.length) { forms.replaceChildren(result); formList.replaceChildren(); return; }
+    const send = (q, answer) => model.send({ type: "answer", run_id: model.get("run_id"), interaction_id: q.id, answer });
+    if (model.get("answerable")) {
+      syncCards(formList, pending, (q) => q.id, (q) => questionCard(q, send, `asked by ${q.node_id}`));
+    } else {
+      syncCards(formList, pending, (q) => q.id, (q) => h("div", { class: "card pending", "data-interaction": q.id },
+        h("div", { class: "question" }, q.questions.join("\n")), h("div", { class: "meta" }, `asked by ${q.node_id} · answer it in the inbox (%iterion inbox)`)));
+    }
+    forms.replaceChildren(h("h4", {}, `Waiting for you (${pending.length})`), result, formList);
+  };
+  const drawResult = () => {
+    const r = model.get("last_result") || {};
+    result.replaceChildren(r.interaction_id
+      ? h("div", { class: r.error ? "result error" : "result ok", role: "status" }, r.error ? `Not answered: ${r.error}` : outcomeText(r))
+      : "");
+  };
+  const drawError = () => {
+    const message = model.get("error");
+    error.replaceChildren(message ? h("div", { class: "error" }, message) : "");
+  };
+  const drawExtra = () => {
+    const questions = model.get("questions") || [];
+    const events = model.get("events") || [];
+    const parts = [];
     if (questions.length) {
       const table = h("table", { class: "questions" });
       for (const q of questions) {
-        const answer = q.answered_at ? `→ ${typeof q.answers === "string" ? q.answers : JSON.stringify(q.answers)} (${q.answered_by})` : "pending";
-        table.append(h("tr", {}, h("td", { class: "meta" }, `${q.kind} · ${q.node_id}`), h("td", {}, q.questions.join(" / ")), h("td", {}, answer)));
+        table.append(h("tr", {}, h("td", { class: "meta" }, `${q.kind} · ${q.node_id}`), h("td", {}, q.questions.join(" / ")),
+          h("td", {}, q.answered_at ? [`→ ${answerText(q)} (${q.answered_by || "?"}, `, when(q.answered_at), ")"] : "pending")));
       }
-      root.append(h("div", {}, h("b", {}, "Questions")), table);
+      parts.push(h("details", { class: "all-questions" }, h("summary", {}, `Questions (${questions.length})`), table));
     }
-    const events = h("table", { class: "events" });
-    for (const e of model.get("events")) {
-      events.append(h("tr", {}, h("td", { class: "meta" }, String(e.seq)), h("td", {}, e.type), h("td", {}, e.node_id ?? ""), h("td", { class: "meta" }, e.summary)));
-    }
-    root.append(h("details", {}, h("summary", {}, "Recent events"), events));
+    const rows = events.map((e) => h("tr", {}, h("td", { class: "meta" }, String(e.seq)), h("td", {}, e.type),
+      h("td", {}, e.node_id ?? ""), h("td", { class: "meta" }, e.summary)));
+    parts.push(h("details", { class: "recent-events" }, h("summary", {}, "Recent events"), h("table", { class: "events" }, ...rows)));
+    const open = [...extra.querySelectorAll("details")].map((d) => d.open);
+    extra.replaceChildren(...parts);
+    extra.querySelectorAll("details").forEach((d, i) => { if (open[i]) d.open = true; });
   };
-  draw();
-  const names = ["graph", "states", "status", "progress", "events", "questions", "error", "workflow"];
-  for (const name of names) model.on(`change:${name}`, draw);
-  return () => { for (const name of names) model.off(`change:${name}`, draw); };
+
+  const on = {
+    graph: drawGraph,
+    states: () => view && view.paint(), notes: () => view && view.paint(),
+    selected: () => { if (view) view.paint(); },
+    status: () => { drawHeader(); }, progress: drawHeader, workflow: drawHeader,
+    usage: drawHeader,
+    details: drawDetails, questions: () => { drawForms(); drawExtra(); }, answerable: drawForms,
+    last_result: drawResult, error: drawError, events: drawExtra,
+  };
+  drawGraph(); drawHeader(); drawDetails(); drawResult(); drawForms(); drawError(); drawExtra();
+  const handlers = Object.entries(on).map(([name, fn]) => { const f = () => fn(); model.on(`change:${name}`, f); return [name, f]; });
+  const timer = setInterval(() => {
+    if ((model.get("status") || "") === "running") drawHeader();
+    refreshTimes(root);
+    if (!fitted && root.clientWidth > 0) { fitted = true; fit(); }
+  }, 1000);
+  return () => {
+    clearInterval(timer);
+    for (const [name, f] of handlers) model.off(`change:${name}`, f);
+  };
 }
 
 export default { render };

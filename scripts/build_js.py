@@ -1,7 +1,9 @@
 """Build the widgets' front-end: js/*.js -> iterion_nb/static/*.js (no network, no npm).
 
-The modules are plain ES modules with no imports, so building is copying
-with a banner; a test checks that iterion_nb/static is up to date.
+The modules are plain ES modules with no imports. What they share lives in
+``js/_common.js`` (a file whose name starts with ``_`` is a part, not a
+module): building puts the parts at the top of each module, after a banner.
+A test checks that iterion_nb/static is up to date.
 Run: python scripts/build_js.py
 """
 
@@ -16,9 +18,14 @@ BANNER = "// Built from js/{name} by scripts/build_js.py: edit the source, then 
 
 def built() -> dict[Path, str]:
     """What each shipped module should contain."""
+    sources = sorted((ROOT / "js").glob("*.js"))
+    parts = "".join(p.read_text() + "\n" for p in sources if p.name.startswith("_"))
     return {
-        ROOT / "iterion_nb" / "static" / src.name: BANNER.format(name=src.name) + src.read_text()
-        for src in sorted((ROOT / "js").glob("*.js"))
+        ROOT / "iterion_nb" / "static" / src.name: BANNER.format(name=src.name)
+        + parts
+        + src.read_text()
+        for src in sources
+        if not src.name.startswith("_")
     }
 
 

@@ -1,5 +1,6 @@
 """``%load_ext iterion_nb``: the ``%%iterion`` cell magic and the ``%iterion`` line magics."""
 
-from iterion_nb.magics.core import IterionMagics, LiveRun, load, unload
+from iterion_nb.magics.core import IterionMagics, load, unload
+from iterion_nb.magics.results import Answered, LiveRun
 
-__all__ = ["IterionMagics", "LiveRun", "load", "unload"]
+__all__ = ["Answered", "IterionMagics", "LiveRun", "load", "unload"]

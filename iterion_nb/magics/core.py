@@ -23,15 +23,16 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, Markdown
 
-from iterion_nb.errors import IterionError, NotFoundError
-from iterion_nb.ir import analyze
-from iterion_nb.ir import model as m
+from iterion_nb.errors import CompileError, IterionError, NotFoundError
+from iterion_nb.ir import analyze, compile_workflow
 from iterion_nb.magics.display import Table, diagnostics_table
+from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, inbox
 from iterion_nb.report.build import format_for
+from iterion_nb.runtime.records import Run
 from iterion_nb.runtime.values import resolve_vars
-from iterion_nb.session import RunHandle, Session
+from iterion_nb.session import Session
 from iterion_nb.store.location import resolve_store_path
-from iterion_nb.widgets import InboxWidget, RunWidget
+from iterion_nb.widgets import InboxWidget
 
 #: Sessions by store file, kept across ``%reload_ext`` so live runs stay reachable.
 _SESSIONS: dict[Path, Session] = {}
@@ -41,41 +42,8 @@ BACKENDS = ("claw", "claude_code")
 _CALL = re.compile(r"(?<!await )(get_ipython\(\)\.run_(?:line|cell)_magic\('iterion',)")
 
 
-class LiveRun(RunHandle):
-    """A run handle whose display is the live run widget."""
-
-    def __init__(self, session: Session, run_id: str, workflow: m.Workflow | None = None) -> None:
-        super().__init__(session, run_id)
-        self._workflow = workflow
-        self._widget: RunWidget | None = None
-
-    @property
-    def widget(self) -> RunWidget:
-        """The run widget (made on first use, then shared by every display)."""
-        if self._widget is None:
-            self._widget = RunWidget(self.session.store, self.id, self._workflow)
-            failure = self.session.failures.get(self.id)
-            if failure:
-                self._widget.show_failure(failure)
-        return self._widget
-
-    def inbox(self) -> InboxWidget:
-        """An inbox for this run's questions."""
-        return _inbox(self.session, self.id)
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        bundle: Any = self.widget._repr_mimebundle_(include=include, exclude=exclude)
-        data = bundle[0] if isinstance(bundle, tuple) else bundle
-        if isinstance(data, dict):  # where widgets do not render: a line of text
-            data["text/plain"] = repr(self)
-        return bundle
-
-
-def _inbox(session: Session, run_id: str | None) -> InboxWidget:
-    async def answer(rid: str, iid: str, value: Any, by: str) -> dict[str, bool]:
-        return await session.run(rid).answer(iid, value, answered_by=by)
-
-    return InboxWidget(session.store, answer, run_id)
+#: A value IPython could not expand (``{expr}`` or ``$name`` left as typed).
+_UNEXPANDED = re.compile(r"\{([A-Za-z_][\w.]*(?:\[[^\]{}]*\])*)\}|\$([A-Za-z_]\w*)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,15 +75,20 @@ def _line_parser() -> _Parser:
     runs.add_argument("--limit", type=int, default=20)
     inbox = verbs.add_parser("inbox", add_help=False)
     inbox.add_argument("run_id", nargs="?")
+    questions = verbs.add_parser("questions", add_help=False)
+    questions.add_argument("run_id")
+    questions.add_argument("--wait", type=int, default=0, metavar="N")
+    questions.add_argument("--timeout", type=float, default=60.0)
     answer = verbs.add_parser("answer", add_help=False)
     answer.add_argument("run_id")
     answer.add_argument("interaction_id")
     answer.add_argument("text", nargs="+")
+    answer.add_argument("--if-pending", action="store_true", dest="if_pending")
     resume = verbs.add_parser("resume", add_help=False)
     resume.add_argument("run_id")
     resume.add_argument("--scenario", metavar="EXPR")
     resume.add_argument("--force", action="store_true")
-    for verb in ("cancel", "wait"):
+    for verb in ("show", "cancel", "wait"):
         verbs.add_parser(verb, add_help=False).add_argument("run_id")
     report = verbs.add_parser("report", add_help=False)
     report.add_argument("run_id")
@@ -128,8 +101,11 @@ def _line_parser() -> _Parser:
 
 
 USAGE = (
-    "%iterion runs | inbox [RUN] | answer RUN IID TEXT | resume RUN | cancel RUN"
-    " | wait RUN | report RUN [--format html|md] [-o FILE]  (each takes --store PATH)"
+    "%iterion runs | show RUN | inbox [RUN] | questions RUN [--wait N]"
+    " | answer RUN IID TEXT [--if-pending]"
+    " | resume RUN"
+    " | cancel RUN | wait RUN | report RUN [--format html|md] [-o FILE]"
+    "  (each takes --store PATH)"
 )
 
 
@@ -176,21 +152,40 @@ class IterionMagics(Magics):
             )
         return value
 
-    def _awaitable(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """The coroutine itself inside the kernel's running loop; else run it to the end."""
+    def _awaitable(self, coro: Coroutine[Any, Any, Any], what: str = "%iterion") -> Any:
+        """In the kernel's running loop, a task the cell awaits; elsewhere, run it to the end.
+
+        A cell read after ``%load_ext`` awaits it (the transformer made it so).
+        The cell that loads the extension was read before the transformer
+        existed and cannot: there the task runs on, and its result (or its
+        one-line error) shows in the cell when it is done.
+        """
         try:
-            asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()
         except RuntimeError:
             from IPython.core.async_helpers import get_asyncio_loop
 
             return get_asyncio_loop().run_until_complete(coro)  # type: ignore[no-untyped-call]
-        return coro
+        return Deferred(loop.create_task(coro), what)
+
+    def _expanded(self, prog: str, *values: str | None) -> None:
+        """Refuse a value IPython left unexpanded, saying why (``{run.id}`` of no ``run``)."""
+        for value in values:
+            for match in _UNEXPANDED.finditer(value or ""):
+                expr = match.group(1) or match.group(2)
+                try:
+                    self.shell.ev(expr)  # type: ignore[no-untyped-call]
+                except Exception as err:
+                    raise UsageError(
+                        f"{prog}: cannot expand {match.group(0)}: {type(err).__name__}: {err}"
+                    ) from None
 
     # -- %%iterion -----------------------------------------------------------
     @cell_magic("iterion")  # type: ignore[arg-type]
     def iterion_cell(self, line: str, cell: str) -> Any:
         """``%%iterion [NAME] [--run] [--var k=v] [--scenario EXPR] [--backend B] [--store P]``."""
         args = _cell_parser().parse_args(_split(line))
+        self._expanded("%%iterion", args.store)
         if args.backend is not None and args.backend not in BACKENDS:
             raise UsageError(
                 f"%%iterion: unknown backend {args.backend!r} (known: {', '.join(BACKENDS)})"
@@ -204,7 +199,7 @@ class IterionMagics(Magics):
         label = f"<cell {args.name}>" if args.name else "<cell>"
         result = analyze(cell, label)
         if result.diagnostics:
-            table = diagnostics_table(label, cell, result.diagnostics)
+            table = diagnostics_table(label, cell, result.diagnostics, first_line=2)
             self.shell.display_pub.publish(
                 {"text/plain": repr(table), "text/html": table._repr_html_()}
             )
@@ -224,13 +219,26 @@ class IterionMagics(Magics):
         session = self.session(args.store)
         run_id = uuid.uuid4().hex[:12]
 
+        self._warn_if_underscore_is_taken()
+
         async def start() -> LiveRun:
             await session.start(
                 wf, values, run_id=run_id, source=cell, scenario=scenario, backend=args.backend
             )
             return LiveRun(session, run_id, wf)
 
-        return self._awaitable(start())
+        return self._awaitable(start(), "%%iterion --run")
+
+    def _warn_if_underscore_is_taken(self) -> None:
+        """Say so when ``run = _`` would not get this run (the notebook assigned ``_``)."""
+        hook = self.shell.displayhook
+        ns = self.shell.user_ns
+        if "_" in ns and ns["_"] is not getattr(hook, "_", None):
+            n = self.shell.execution_count
+            print(
+                f"note: this notebook assigned `_`, so IPython no longer updates it: take this"
+                f" run with `run = Out[{n}]` (or `del _` to get `_` back)"
+            )
 
     # -- %iterion ------------------------------------------------------------
     @line_magic("iterion")  # type: ignore[arg-type]
@@ -239,14 +247,16 @@ class IterionMagics(Magics):
         words = _split(line)
         if not words:
             raise UsageError(USAGE)
-        if words[0] not in ("runs", "inbox", "answer", "resume", "cancel", "wait", "report"):
+        if words[0] not in VERBS:
             raise UsageError(f"%iterion: unknown command {words[0]!r}; {USAGE}")
         args = _line_parser().parse_args(words)
+        prog = f"%iterion {args.verb}"
+        self._expanded(prog, *(getattr(args, k, None) for k in _ID_ARGS))
         session = self.session(args.store)
         action: Callable[[Session, argparse.Namespace], Awaitable[Any]] = getattr(
             self, f"_{args.verb}"
         )
-        return self._awaitable(_guarded(action, session, args))
+        return self._awaitable(_guarded(action, session, args), prog)
 
     async def _runs(self, session: Session, args: argparse.Namespace) -> Table:
         runs = await session.runs(status=args.status, limit=args.limit)
@@ -254,28 +264,73 @@ class IterionMagics(Magics):
             [r.id, r.workflow, r.status, r.created_at.isoformat(timespec="seconds"), r.error or ""]
             for r in runs
         ]
-        title = f"{len(rows)} run(s) in {session.store.path}"  # type: ignore[attr-defined]
+        title = f"{len(rows)} run(s)" + (f" with status {args.status}" if args.status else "")
         return Table(title, ["id", "workflow", "status", "created", "error"], rows)
+
+    async def _show(self, session: Session, args: argparse.Namespace) -> LiveRun:
+        await session.store.get_run(args.run_id)
+        return LiveRun(session, args.run_id)
 
     async def _inbox(self, session: Session, args: argparse.Namespace) -> InboxWidget:
         if args.run_id:
             await session.store.get_run(args.run_id)
-        widget = _inbox(session, args.run_id)
+        widget = inbox(session, args.run_id)
         await widget.refresh()
         return widget
 
-    async def _answer(self, session: Session, args: argparse.Namespace) -> dict[str, bool]:
+    async def _questions(self, session: Session, args: argparse.Namespace) -> Questions:
+        await session.store.get_run(args.run_id)
+        store, bell = session.store, getattr(session.store, "doorbell", None)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + args.timeout
+        while True:
+            asked = [q for q in await store.interactions(args.run_id) if q.kind != "await"]
+            if len(asked) >= args.wait:
+                return Questions(asked)
+            if loop.time() >= deadline:
+                raise UsageError(
+                    f"%iterion questions: run {args.run_id!r} asked {len(asked)} question(s)"
+                    f" in {args.timeout:g} s, not {args.wait}"
+                )
+            if bell is None:
+                await asyncio.sleep(0.1)
+                continue
+            with bell.arm(args.run_id) as ticket:
+                await ticket.wait(timeout=0.5)
+
+    async def _answer(self, session: Session, args: argparse.Namespace) -> Answered:
         await session.store.get_run(args.run_id)
         text = " ".join(args.text)
-        return await session.run(args.run_id).answer(
-            args.interaction_id, text, answered_by="notebook"
+        if args.if_pending:
+            asked = await session.store.get_interaction(args.interaction_id)
+            if not asked.pending:
+                labels = {o.id: o.label for o in asked.options}
+                given = asked.answers if isinstance(asked.answers, str) else str(asked.answers)
+                shown = labels.get(given) or given
+                who = asked.answered_by or "someone"
+                return Answered(
+                    {"queued": False, "resumed": False},
+                    f"Already answered by {who}: {shown!r} — nothing sent",
+                )
+        outcome = await session.run(args.run_id).answer(
+            args.interaction_id, text, answered_by="magic"
         )
+        return Answered(outcome)
 
     async def _resume(self, session: Session, args: argparse.Namespace) -> LiveRun:
         scenario = self._scenario(args.scenario)
-        await session.resume(
-            args.run_id, force=args.force, scenario=scenario, answered_by="notebook"
-        )
+        record = await session.store.get_run(args.run_id)
+        recorded = record.launch.get("scenario")
+        if scenario is None and recorded is None and _scripted(record):
+            raise UsageError(
+                f"%iterion resume: run {args.run_id!r} uses the scripted model and recorded no"
+                " scenario: pass --scenario EXPR (a dict or a file)"
+            )
+        await session.resume(args.run_id, force=args.force, scenario=scenario, answered_by="magic")
+        if scenario is not None:
+            print(f"resuming run {args.run_id} with the scenario given (--scenario)")
+        elif recorded is not None:
+            print(f"resuming run {args.run_id} with the scenario it recorded when it started")
         return LiveRun(session, args.run_id)
 
     async def _cancel(self, session: Session, args: argparse.Namespace) -> str:
@@ -298,6 +353,25 @@ class IterionMagics(Magics):
             raise UsageError(
                 f"%iterion wait: run {args.run_id!r} still running after {args.timeout} s"
             ) from None
+
+
+#: The ``%iterion`` commands.
+VERBS = ("runs", "show", "inbox", "questions", "answer", "resume", "cancel", "wait", "report")
+#: The line magics' arguments that name a run, a question or a place.
+_ID_ARGS = ("run_id", "interaction_id", "store", "output", "scenario")
+
+
+def _scripted(run: Run) -> bool:
+    """Whether a node of the run's workflow uses the scripted model (so needs a scenario)."""
+    try:
+        wf = compile_workflow(run.source, f"<run {run.id}>")
+    except CompileError:
+        return False
+    for node in wf.nodes.values():
+        model = getattr(node, "model", None)
+        if model is not None and model.render(lambda _path: "").startswith("scripted"):
+            return True
+    return False
 
 
 async def _nothing() -> None:

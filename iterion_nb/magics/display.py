@@ -42,13 +42,20 @@ class Table:
         )
 
 
-def diagnostics_table(name: str, source: str, diagnostics: Sequence[Diagnostic]) -> Table:
-    """The compiler's findings with the cell's line numbers and the offending line."""
+def diagnostics_table(
+    name: str, source: str, diagnostics: Sequence[Diagnostic], *, first_line: int = 1
+) -> Table:
+    """The compiler's findings with line numbers as the user sees them, and the offending line.
+
+    ``first_line`` is the number the editor shows on the first line of
+    ``source``: 2 for the body of a ``%%iterion`` cell, whose magic line is 1.
+    """
     lines = source.splitlines()
     rows = []
     for d in diagnostics:
         text = lines[d.line - 1].strip() if 0 < d.line <= len(lines) else ""
-        rows.append([f"{d.line}:{d.column}", d.severity.value, d.code, d.message, text])
+        line = d.line + first_line - 1
+        rows.append([f"{line}:{d.column}", d.severity.value, d.code, d.message, text])
     errors = sum(1 for d in diagnostics if d.severity.value == "error")
     title = f"{name}: {errors} error(s), {len(diagnostics) - errors} warning(s)"
     return Table(title, ["line:col", "severity", "code", "message", "source"], rows)

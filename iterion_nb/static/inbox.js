@@ -1,101 +1,238 @@
 // Built from js/inbox.js by scripts/build_js.py: edit the source, then rebuild.
-// The inbox widget: pending questions as answer forms, and the answered ones.
-// Every piece of agent-written text goes through textContent: never HTML.
+// Shared by the widgets (scripts/build_js.py puts this file at the top of each module).
+// Every piece of agent- or person-written text goes through textContent: never HTML.
+
+const SVG_NS = "http://www.w3.org/2000/svg";
 
 function h(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
     if (key === "class") node.className = value;
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value);
+    else node.setAttribute(key, value === true ? "" : value);
   }
-  for (const child of children) {
-    if (child === null || child === undefined) continue;
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
     node.append(typeof child === "string" ? document.createTextNode(child) : child);
   }
   return node;
 }
 
-function show(value) {
-  if (typeof value === "string") return value;
-  return JSON.stringify(value);
+function s(tag, attrs = {}, text = null) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  if (text !== null) node.textContent = text;
+  return node;
 }
 
-const STYLE = `
-.iterion-inbox { font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px; }
-.iterion-inbox .card { border: 1px solid #bbb; border-radius: 6px; padding: 8px; margin: 6px 0; }
-.iterion-inbox .meta { color: #666; font-size: 11px; }
-.iterion-inbox .question { white-space: pre-wrap; margin: 4px 0; }
-.iterion-inbox button { margin: 2px 4px 2px 0; }
-.iterion-inbox .async { color: #2a6; }
-.iterion-inbox .history .card { border-style: dashed; opacity: 0.8; }
-.iterion-inbox .result { margin: 4px 0; }
-.iterion-inbox .error { color: #b00; }
-`;
+// Ids unique on the page: two widgets never share an SVG marker or a label target.
+let SEQUENCE = 0;
+function uid(prefix) {
+  SEQUENCE += 1;
+  return `${prefix}-${Math.random().toString(36).slice(2, 8)}-${SEQUENCE}`;
+}
 
-function questionCard(model, q) {
-  const send = (answer) =>
-    model.send({ type: "answer", run_id: q.run_id, interaction_id: q.id, answer });
+function show(value) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "string") return value;
+  return JSON.stringify(value, null, 2);
+}
+
+function seconds(value) {
+  if (value === null || value === undefined || Number.isNaN(value)) return "";
+  if (value < 60) return value < 10 ? `${value.toFixed(2)} s` : `${value.toFixed(1)} s`;
+  const total = Math.round(value);
+  const minutes = Math.floor(total / 60), secs = total % 60;
+  if (minutes < 60) return `${minutes} min ${String(secs).padStart(2, "0")} s`;
+  return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, "0")} min`;
+}
+
+function exact(iso) {
+  if (!iso) return "";
+  const at = new Date(iso);
+  return Number.isNaN(at.getTime()) ? iso : at.toLocaleString();
+}
+
+function ago(iso) {
+  if (!iso) return "";
+  const at = new Date(iso);
+  if (Number.isNaN(at.getTime())) return iso;
+  const secs = Math.max(0, (Date.now() - at.getTime()) / 1000);
+  if (secs < 45) return "just now";
+  if (secs < 90) return "1 min ago";
+  if (secs < 3600) return `${Math.round(secs / 60)} min ago`;
+  if (secs < 5400) return "1 h ago";
+  if (secs < 86400) return `${Math.round(secs / 3600)} h ago`;
+  if (secs < 172800) return "yesterday";
+  return at.toLocaleDateString();
+}
+
+// A time as people say it ("2 min ago"), the exact time on hover.
+function when(iso) {
+  return h("time", { datetime: iso || "", title: exact(iso), class: "ago" }, ago(iso));
+}
+
+function refreshTimes(root) {
+  for (const node of root.querySelectorAll("time.ago")) {
+    node.textContent = ago(node.getAttribute("datetime"));
+  }
+}
+
+function answerText(q) {
+  const labels = Object.fromEntries((q.options || []).map((o) => [o.id, o.label || o.id]));
+  if (typeof q.answers === "string" && labels[q.answers]) return labels[q.answers];
+  return show(q.answers);
+}
+
+// What answering did, in words (the kernel sends the sentence; this is the fallback).
+function outcomeText(result) {
+  if (result.text) return result.text;
+  if (result.resumed) return "Answered — the run goes on";
+  if (result.queued) return "Sent — the agent reads it at its next turn";
+  return "Answered";
+}
+
+// One pending question as a form: its text, options as buttons, a text box when free text is allowed.
+function questionCard(q, send, context) {
   const card = h("div", { class: "card pending", "data-interaction": q.id });
-  card.append(
-    h("div", { class: "meta" },
-      `${q.kind === "async" ? "async" : "blocking"} · run ${q.run_id} · node ${q.node_id} · ${q.id}`),
-  );
   for (const text of q.questions) card.append(h("div", { class: "question" }, text));
-  if (q.options.length) {
-    const row = h("div", { class: "options" });
-    for (const option of q.options) {
-      row.append(h("button", { class: "option", "data-option": option.id, onclick: () => send(option.id) },
-        option.label || option.id));
-    }
-    card.append(row);
+  const waits = q.kind === "async" ? "the agent keeps working meanwhile" : "the run waits for this answer";
+  card.append(h("div", { class: "meta" }, `${context} · asked `, when(q.requested_at), ` · ${waits}`));
+  const controls = h("div", { class: "controls" });
+  for (const option of q.options || []) {
+    controls.append(h("button", {
+      type: "button", class: "option", "data-option": option.id, title: option.label ? option.id : null,
+      onclick: () => send(q, option.id),
+    }, option.label || option.id));
   }
-  if (q.allow_free_text || !q.options.length) {
-    const input = h("input", { type: "text", class: "free-text", placeholder: "your answer" });
-    const submit = () => { if (input.value.trim()) send(input.value); };
+  if (q.allow_free_text || !(q.options || []).length) {
+    const input = h("input", { type: "text", class: "free-text", placeholder: "Your answer", "aria-label": "Your answer" });
+    const submit = () => { if (input.value.trim()) send(q, input.value); };
     input.addEventListener("keydown", (e) => { if (e.key === "Enter") submit(); });
-    card.append(h("div", { class: "free" }, input, h("button", { class: "submit", onclick: submit }, "Answer")));
+    controls.append(input, h("button", { type: "button", class: "submit primary", onclick: submit }, "Answer"));
   }
+  card.append(controls);
   return card;
 }
 
-function answeredCard(q) {
+// Only what changed is drawn again: a question being typed into keeps its text box.
+function syncCards(list, items, key, make) {
+  const existing = new Map([...list.children].filter((c) => c.dataset.key).map((c) => [c.dataset.key, c]));
+  const wanted = items.map((item) => {
+    const k = key(item);
+    let card = existing.get(k);
+    if (!card) { card = make(item); card.dataset.key = k; }
+    return card;
+  });
+  const same = wanted.length === list.children.length && wanted.every((c, i) => list.children[i] === c);
+  if (!same) list.replaceChildren(...wanted);
+}
+
+// JupyterLab's variables only (light, dark, high contrast); fallbacks for other front-ends.
+const BASE_STYLE = `
+.iterion { font-family: var(--jp-ui-font-family, system-ui, sans-serif); font-size: var(--jp-ui-font-size1, 13px);
+  color: var(--jp-ui-font-color0, #000); line-height: 1.4; }
+.iterion .meta { color: var(--jp-ui-font-color1, #222); font-size: var(--jp-ui-font-size0, 11px); }
+.iterion code { font-family: var(--jp-code-font-family, monospace); font-size: 0.95em; }
+.iterion .card { border: 1px solid var(--jp-border-color1, #bbb); border-radius: 6px; padding: 8px 10px; margin: 6px 0;
+  background: var(--jp-layout-color1, #fff); }
+.iterion .card.answered { background: var(--jp-layout-color0, #fff); border-style: dashed; }
+.iterion .question { white-space: pre-wrap; font-weight: 600; margin: 0 0 2px; }
+.iterion .answer { white-space: pre-wrap; margin: 2px 0; }
+.iterion .controls { display: flex; flex-wrap: wrap; gap: 6px; margin-top: 6px; align-items: center; }
+.iterion button { font: inherit; color: var(--jp-ui-font-color0, #000); background: var(--jp-layout-color2, #eee);
+  border: 1px solid var(--jp-border-color1, #bbb); border-radius: 4px; padding: 3px 12px; cursor: pointer; }
+.iterion button:hover { background: var(--jp-layout-color3, #ddd); }
+.iterion button:focus-visible, .iterion input:focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2); outline-offset: 1px; }
+.iterion button.primary { background: var(--jp-brand-color1, #1976d2); border-color: var(--jp-brand-color1, #1976d2);
+  color: var(--jp-ui-inverse-font-color0, #fff); }
+.iterion button:disabled { opacity: 0.6; cursor: default; }
+.iterion input.free-text { font: inherit; min-width: 16em; flex: 1 1 16em; color: var(--jp-ui-font-color0, #000);
+  background: var(--jp-input-background, var(--jp-layout-color1, #fff));
+  border: 1px solid var(--jp-input-border-color, var(--jp-border-color1, #bbb)); border-radius: 4px; padding: 3px 6px; }
+.iterion .result { margin: 6px 0; padding: 4px 8px; border-radius: 4px; border-left: 4px solid var(--jp-success-color1, #388e3c);
+  background: color-mix(in srgb, var(--jp-success-color1, #388e3c) 12%, var(--jp-layout-color1, #fff)); }
+.iterion .result.error, .iterion .error { border-left-color: var(--jp-error-color1, #d32f2f);
+  background: color-mix(in srgb, var(--jp-error-color1, #d32f2f) 12%, var(--jp-layout-color1, #fff)); }
+.iterion .error { white-space: pre-wrap; padding: 4px 8px; border-left: 4px solid var(--jp-error-color1, #d32f2f); }
+.iterion details > summary { cursor: pointer; margin: 6px 0 2px; }
+.iterion table { border-collapse: collapse; font-size: var(--jp-ui-font-size0, 12px); }
+.iterion td, .iterion th { padding: 2px 8px; vertical-align: top; text-align: left; border-bottom: 1px solid var(--jp-border-color2, #ddd); }
+.iterion pre { white-space: pre-wrap; word-break: break-word; margin: 2px 0; padding: 4px 6px; max-height: 16em; overflow: auto;
+  background: var(--jp-layout-color2, #f5f5f5); color: var(--jp-ui-font-color0, #000); border-radius: 4px;
+  font-family: var(--jp-code-font-family, monospace); font-size: var(--jp-code-font-size, 12px); }
+/* the saved snapshot of a widget is for when the live view is gone: hide it beside a live one */
+.jp-OutputArea:has(.iterion-live) > .jp-OutputArea-child:has(.iterion-snapshot) { display: none; }
+`;
+
+// The inbox widget: pending questions as answer forms, and the ones answered since.
+
+const STYLE = BASE_STYLE + `
+.iterion-inbox .title { margin-bottom: 4px; }
+.iterion-inbox .empty { margin: 6px 0; }
+`;
+
+function context(q, scope) {
+  const where = q.workflow ? `${q.node_id} in ${q.workflow}` : q.node_id;
+  return scope === "all runs" ? `${where} (run ${q.run_id})` : where;
+}
+
+function answeredCard(q, scope) {
   return h("div", { class: "card answered", "data-interaction": q.id },
-    h("div", { class: "meta" },
-      `${q.kind === "async" ? "async" : "blocking"} · run ${q.run_id} · node ${q.node_id} · answered by ${q.answered_by ?? "?"} at ${q.answered_at ?? "?"}`),
     ...q.questions.map((text) => h("div", { class: "question" }, text)),
-    h("div", { class: "answer" }, "→ ", show(q.answers)));
+    h("div", { class: "answer" }, "→ ", answerText(q)),
+    h("div", { class: "meta" }, `${context(q, scope)} · answered by ${q.answered_by || "someone"} `, when(q.answered_at)));
 }
 
 function render({ model, el }) {
-  const root = h("div", { class: "iterion-inbox" });
+  const root = h("div", { class: "iterion iterion-inbox iterion-live" });
   el.append(h("style", {}, STYLE), root);
-  const draw = () => {
-    const pending = model.get("pending");
-    const history = model.get("history");
-    const result = model.get("last_result");
-    root.replaceChildren(
-      h("div", { class: "title" }, h("b", {}, "Inbox"), ` — ${model.get("scope")} · ${pending.length} pending`),
-    );
-    if (result && result.interaction_id) {
-      root.append(result.error
-        ? h("div", { class: "result error" }, `${result.interaction_id}: ${result.error}`)
-        : h("div", { class: "result ok" },
-            `${result.interaction_id}: queued ${result.queued}, resumed ${result.resumed}`));
-    }
-    const list = h("div", { class: "pending-list" });
-    if (!pending.length) list.append(h("div", { class: "empty meta" }, "No pending questions."));
-    for (const q of pending) list.append(questionCard(model, q));
-    root.append(list);
-    if (history.length) {
-      const past = h("details", { class: "history", open: "" }, h("summary", {}, `Answered (${history.length})`));
-      for (const q of history) past.append(answeredCard(q));
-      root.append(past);
-    }
+  const title = h("div", { class: "title" });
+  const result = h("div", { class: "result-slot" });
+  const list = h("div", { class: "pending-list" });
+  const past = h("div", { class: "history-slot" });
+  root.append(title, result, list, past);
+  let historyOpen = true;
+
+  const send = (q, answer) => model.send({ type: "answer", run_id: q.run_id, interaction_id: q.id, answer });
+  const drawTitle = () => {
+    const pending = model.get("pending") || [];
+    const scope = model.get("scope");
+    title.replaceChildren(h("b", {}, "Inbox"), ` — ${scope === "all runs" ? "every run" : scope} · ${pending.length} waiting for an answer`);
   };
-  draw();
-  for (const name of ["pending", "history", "last_result", "scope"]) model.on(`change:${name}`, draw);
-  return () => { for (const name of ["pending", "history", "last_result", "scope"]) model.off(`change:${name}`, draw); };
+  const drawPending = () => {
+    const pending = model.get("pending") || [];
+    const scope = model.get("scope");
+    if (!pending.length) { list.replaceChildren(h("div", { class: "empty meta" }, "Nothing is waiting for an answer.")); return; }
+    if (list.firstChild && !list.firstChild.dataset.key) list.replaceChildren();
+    syncCards(list, pending, (q) => q.id, (q) => questionCard(q, send, context(q, scope)));
+  };
+  const drawHistory = () => {
+    const history = model.get("history") || [];
+    const scope = model.get("scope");
+    const box = past.firstChild;
+    if (box) historyOpen = box.open;
+    if (!history.length) { past.replaceChildren(); return; }
+    const details = h("details", { class: "history", open: historyOpen }, h("summary", {}, `Answered (${history.length})`));
+    for (const q of history) details.append(answeredCard(q, scope));
+    past.replaceChildren(details);
+  };
+  const drawResult = () => {
+    const r = model.get("last_result") || {};
+    if (!r.interaction_id) { result.replaceChildren(); return; }
+    result.replaceChildren(r.error
+      ? h("div", { class: "result error", role: "status" }, `Not answered: ${r.error}`)
+      : h("div", { class: "result ok", role: "status" }, outcomeText(r)));
+  };
+  const on = { pending: () => { drawTitle(); drawPending(); }, history: drawHistory, last_result: drawResult, scope: () => { drawTitle(); drawPending(); drawHistory(); } };
+  drawTitle(); drawPending(); drawHistory(); drawResult();
+  const handlers = Object.entries(on).map(([name, fn]) => { const f = () => fn(); model.on(`change:${name}`, f); return [name, f]; });
+  const timer = setInterval(() => refreshTimes(root), 20000);
+  return () => {
+    clearInterval(timer);
+    for (const [name, f] of handlers) model.off(`change:${name}`, f);
+  };
 }
 
 export default { render };

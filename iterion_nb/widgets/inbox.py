@@ -3,32 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from html import escape
 from typing import Any
 
 import anywidget
 import traitlets
 
-from iterion_nb.errors import IterionError
+from iterion_nb.errors import NotFoundError
 from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.records import Interaction
 from iterion_nb.runtime.wire import interaction_json
-from iterion_nb.widgets.common import STATIC
-from iterion_nb.widgets.live import Live, on_loop
-
-#: ``answer(run_id, interaction_id, answer, answered_by) -> {"queued", "resumed"}``
-AnswerFn = Callable[[str, str, Any, str], Awaitable[dict[str, bool]]]
+from iterion_nb.widgets.common import STATIC, AnswerFn, Answering
+from iterion_nb.widgets.live import Live
+from iterion_nb.widgets.snapshot import STYLE, Bundle, Snapshots
 
 #: How many answered questions the history keeps.
 HISTORY = 50
 
 
-class InboxWidget(anywidget.AnyWidget):
+class InboxWidget(Answering, anywidget.AnyWidget):
     """Pending questions with their forms, and the ones answered since (live).
 
     ``run_id`` limits it to one run; without it, every run of the store.
     Submitting calls ``answer`` (the same path as the API: ``RunHandle.answer``)
-    and shows what it did, ``{queued, resumed}``. Widget messages may arrive
-    on a subshell thread; the work is always done on the loop it was made on.
+    and says what it did. A click is answered by ``answered_by`` if given,
+    else by the person at the notebook (see :func:`~iterion_nb.widgets.common.who_clicked`).
+    Widget messages may arrive on a subshell thread; the work is always done
+    on the loop it was made on.
     """
 
     _esm = STATIC / "inbox.js"
@@ -43,7 +44,7 @@ class InboxWidget(anywidget.AnyWidget):
         answer: AnswerFn,
         run_id: str | None = None,
         *,
-        answered_by: str = "notebook",
+        answered_by: str | None = None,
         interval: float = 0.5,
         **kwargs: Any,
     ) -> None:
@@ -53,10 +54,28 @@ class InboxWidget(anywidget.AnyWidget):
         self.answered_by = answered_by
         self._answer = answer
         self._known: dict[str, dict[str, Any]] = {}
+        self._workflows: dict[str, str] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.snapshots = Snapshots(self.snapshot)
         self.live = Live(store, run_id, self.refresh, interval)
         self.on_msg(self._on_msg)
         self.live.start()
+
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        return self.live.loop
+
+    def _known_run(self, interaction_id: str) -> str | None:
+        known = self._known.get(interaction_id)
+        return (known or {}).get("run_id") or self.run_id
+
+    async def _shown(self, q: Interaction) -> dict[str, Any]:
+        """A question for the front-end, with its run's workflow name."""
+        if q.run_id not in self._workflows:
+            try:
+                self._workflows[q.run_id] = (await self.store.get_run(q.run_id)).workflow
+            except NotFoundError:
+                self._workflows[q.run_id] = ""
+        return {**interaction_json(q), "workflow": self._workflows[q.run_id]}
 
     # -- store -> state ------------------------------------------------------
     async def refresh(self) -> bool:
@@ -64,54 +83,62 @@ class InboxWidget(anywidget.AnyWidget):
         if getattr(self.store, "closed", False):
             return False
         records = await self.store.pending_interactions(self.run_id)
-        pending = [interaction_json(q) for q in records if q.kind != "await"]
+        pending = [await self._shown(q) for q in records if q.kind != "await"]
         ids = {q["id"] for q in pending}
         gone = [iid for iid in self._known if iid not in ids]
         history = list(self.history)
         if self.run_id is not None and not self._known and not history:
             # a run's inbox starts with the run's answered questions
             answered = [q for q in await self.store.interactions(self.run_id) if not q.pending]
-            history = [interaction_json(q) for q in answered if q.kind != "await"][::-1]
+            history = [await self._shown(q) for q in answered if q.kind != "await"][::-1]
         for iid in gone:
-            record = await self.store.get_interaction(iid)
-            history.insert(0, interaction_json(record))
+            history.insert(0, await self._shown(await self.store.get_interaction(iid)))
         self._known = {q["id"]: q for q in pending}
         if pending != self.pending:
             self.pending = pending
         if history[:HISTORY] != self.history:
             self.history = history[:HISTORY]
+        self.snapshots.changed()
         return True
 
-    # -- front-end -> answer ---------------------------------------------------
-    def _on_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
-        if not isinstance(content, dict) or content.get("type") != "answer":
-            return
-        on_loop(self.live.loop, lambda: self._spawn(self.submit(content)))
+    # -- the saved snapshot ------------------------------------------------------
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle: Any = super()._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if isinstance(data, dict):  # where widgets do not render: a line, not an object
+            data["text/plain"] = f"Inbox ({self.scope}): the live inbox widget"
+        self.snapshots.publish()
+        return bundle
 
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)  # a strong reference until it is done
-        task.add_done_callback(self._tasks.discard)
+    def snapshot(self) -> Bundle:
+        """The inbox as it is now: its questions and answers, as text."""
+        head = f"Inbox — {self.scope} · {len(self.pending)} pending"
+        text, items = [head], []
+        for q in self.pending:
+            options = ", ".join(o.get("label") or o["id"] for o in q["options"])
+            line = f"{q['node_id']} asks: {q['question']}" + (f" ({options})" if options else "")
+            text.append("- " + line)
+            items.append(f"<li>{escape(line)}</li>")
+        for q in self.history:
+            labels = {o["id"]: o.get("label") for o in q["options"]}
+            answer = q["answers"] if isinstance(q["answers"], str) else str(q["answers"])
+            shown = labels.get(answer) or answer
+            line = f"{q['question']} — answered {shown!r} by {q.get('answered_by') or 'someone'}"
+            text.append("- " + line)
+            items.append(f"<li>{escape(line)}</li>")
+        note = "Saved view; the live inbox needs the notebook's kernel."
+        text.append(note)
+        html = (
+            f'<div class="iterion-snapshot inbox">{STYLE}<div><b>{escape(head)}</b></div>'
+            f"<ul>{''.join(items)}</ul><div><small>{escape(note)}</small></div></div>"
+        )
+        return {"text/html": html, "text/plain": "\n".join(text)}
 
-    async def submit(self, content: dict[str, Any]) -> dict[str, Any]:
-        """Answer one question as the front-end asked; the outcome goes to ``last_result``."""
-        iid = str(content.get("interaction_id", ""))
-        known = self._known.get(iid)
-        run_id = str(content.get("run_id") or (known or {}).get("run_id") or self.run_id or "")
-        try:
-            if not iid or not run_id:
-                raise IterionError("the answer names no question")
-            outcome = await self._answer(run_id, iid, content.get("answer"), self.answered_by)
-            result: dict[str, Any] = {"interaction_id": iid, **outcome}
-        except IterionError as err:
-            result = {"interaction_id": iid, "error": str(err)}
-        except Exception as err:  # shown in the widget, never lost
-            result = {"interaction_id": iid, "error": f"{type(err).__name__}: {err}"}
-        self.last_result = result
-        await self.refresh()
-        return result
+    def __repr__(self) -> str:
+        return f"<Inbox {self.scope}: {len(self.pending)} pending>"
 
     def close(self) -> None:
         """Stop following the store and close the widget."""
         self.live.stop()
+        self.snapshots.stop()
         super().close()

@@ -1,7 +1,18 @@
-"""The run widget: node states over the workflow graph, progress, events, questions, status."""
+"""The run widget: the workflow graph with each node's state, live; details; questions as forms.
+
+Its header shows the status, the time the run has executed, and its tokens
+and cost against the workflow's budget; clicking a node opens its details
+(input, output, each model turn, tool calls, questions, timing), kept
+current while it runs; its pending questions are forms under the graph.
+Every display also leaves a static snapshot in the notebook (see
+:mod:`iterion_nb.widgets.snapshot`).
+"""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
+from html import escape
 from typing import Any
 
 import anywidget
@@ -10,12 +21,16 @@ import traitlets
 from iterion_nb.errors import CompileError, NotFoundError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
-from iterion_nb.ir.layout import graph_layout
 from iterion_nb.runtime.ports import Store
-from iterion_nb.runtime.records import Event
+from iterion_nb.runtime.records import Event, Interaction, Run
 from iterion_nb.runtime.wire import event_json, interaction_json
-from iterion_nb.widgets.common import STATIC
-from iterion_nb.widgets.live import Live
+from iterion_nb.view import graph_layout, graph_svg
+from iterion_nb.view.states import NodeView, Visit, node_views
+from iterion_nb.view.usage import usage
+from iterion_nb.widgets.common import STATIC, AnswerFn, Answering
+from iterion_nb.widgets.details import node_details
+from iterion_nb.widgets.live import Live, on_loop
+from iterion_nb.widgets.snapshot import STYLE, Bundle, Snapshots, svg_image
 
 #: How many recent events the widget shows.
 RECENT = 12
@@ -23,29 +38,9 @@ RECENT = 12
 SETTLED = ("finished", "failed")
 
 
-def node_states(events: list[Event], pending_blocking: set[str]) -> dict[str, str]:
-    """Each node's state from the run's events: running, done, failed or parked.
-
-    A node is parked while a blocking question of it (``ask_user``, a human
-    gate, an ``await`` pause) is pending; a node never started is pending
-    (absent from the result).
-    """
-    states: dict[str, str] = {}
-    for event in events:
-        node = event.node_id
-        if node is None:
-            continue
-        if event.type == "node_started":
-            states[node] = "running"
-        elif event.type == "node_finished":
-            states[node] = "done"
-        elif event.type == "node_failed" or (
-            event.type == "branch_finished" and (event.data or {}).get("how") == "failed"
-        ):
-            states[node] = "failed"
-    for node in pending_blocking:
-        states[node] = "parked"
-    return states
+def node_states(views: dict[str, NodeView]) -> dict[str, str]:
+    """Node -> state, for the front-end."""
+    return {name: view.state for name, view in views.items()}
 
 
 def summary(event: Event) -> str:
@@ -57,11 +52,13 @@ def summary(event: Event) -> str:
     return ""
 
 
-class RunWidget(anywidget.AnyWidget):
-    """One run, live: graph with node states, progress, recent events, questions, status.
+class RunWidget(Answering, anywidget.AnyWidget):
+    """One run, live: graph with node states, usage and budget, details, questions, status.
 
-    ``error`` also carries a failure of the task that drives the run in this
-    kernel (see :meth:`show_failure`), so nothing that goes wrong is lost.
+    ``answer`` (the same path as the API: ``RunHandle.answer``) lets its
+    pending questions be answered from the widget; without it they are
+    listed only. ``error`` also carries a failure of the task that drives
+    the run in this kernel (see :meth:`show_failure`), so nothing is lost.
     """
 
     _esm = STATIC / "run.js"
@@ -69,11 +66,17 @@ class RunWidget(anywidget.AnyWidget):
     workflow = traitlets.Unicode("").tag(sync=True)
     graph = traitlets.Dict().tag(sync=True)
     states = traitlets.Dict().tag(sync=True)
+    notes = traitlets.Dict().tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
     progress = traitlets.Dict().tag(sync=True)
+    usage = traitlets.Dict().tag(sync=True)
     events: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     questions: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
+    selected = traitlets.Unicode("").tag(sync=True)
+    details = traitlets.Dict().tag(sync=True)
+    answerable = traitlets.Bool(False).tag(sync=True)
+    last_result = traitlets.Dict().tag(sync=True)
 
     def __init__(
         self,
@@ -81,25 +84,41 @@ class RunWidget(anywidget.AnyWidget):
         run_id: str,
         workflow: m.Workflow | None = None,
         *,
+        answer: AnswerFn | None = None,
+        answered_by: str | None = None,
         interval: float = 0.5,
         **kwargs: Any,
     ) -> None:
-        super().__init__(run_id=run_id, **kwargs)
+        super().__init__(run_id=run_id, answerable=answer is not None, **kwargs)
         self.store = store
         self._wf = workflow
+        self._answer = answer
+        self.answered_by = answered_by
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._seq = 0
         self._events: list[Event] = []
+        self._interactions: list[Interaction] = []
+        self._views: dict[str, NodeView] = {}
+        self._visits: list[Visit] = []
+        self._run: Run | None = None
         self._failure: str | None = None
         if workflow is not None:
             self._set_graph(workflow)
+        self.snapshots = Snapshots(self.snapshot)
+        self.on_msg(self._on_msg)
+        self.observe(self._on_selected, names="selected")
         self.live = Live(store, run_id, self.refresh, interval)
         self.live.start()
+
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        return self.live.loop
 
     def _set_graph(self, wf: m.Workflow) -> None:
         self._wf = wf
         self.workflow = wf.name
         self.graph = graph_layout(wf)
 
+    # -- store -> state ------------------------------------------------------
     async def refresh(self) -> bool:
         """Read the run's record, new events and questions; False once it has settled."""
         if getattr(self.store, "closed", False):
@@ -117,28 +136,126 @@ class RunWidget(anywidget.AnyWidget):
         if fresh:
             self._events.extend(fresh)
             self._seq = fresh[-1].seq
-        interactions = await self.store.interactions(self.run_id)
-        blocking = {q.node_id for q in interactions if q.pending and q.kind != "async"}
-        states = node_states(self._events, blocking)
-        total = len(self.graph.get("nodes", [])) or len(states)
-        self.states = states
+        self._interactions = await self.store.interactions(self.run_id)
+        self._run = run
+        self._views, self._visits = node_views(
+            self._wf, self._events, self._interactions, run.status
+        )
+        self._publish(run)
+        settled = run.status in SETTLED
+        self.snapshots.changed(now=settled)
+        return not settled
+
+    def _publish(self, run: Run) -> None:
+        views = self._views
+        total = len(self.graph.get("nodes", [])) - sum(
+            1 for n in self.graph.get("nodes", []) if n.get("terminal")
+        )
+        self.states = node_states(views)
+        self.notes = {name: view.text for name, view in views.items()}
         self.progress = {
-            "done": sum(1 for s in states.values() if s == "done"),
-            "total": total,
+            "done": sum(1 for v in views.values() if v.state == "finished"),
+            "total": total or len(views),
             "events": self._seq,
         }
+        budget = self._wf.budget if self._wf is not None else None
+        saved = (run.checkpoint or {}).get("usage", {})
+        self.usage = usage(self._events, run.status, saved).as_json(budget)
         self.events = [{**event_json(e), "summary": summary(e)} for e in self._events[-RECENT:]]
-        self.questions = [interaction_json(q) for q in interactions if q.kind != "await"]
+        self.questions = [interaction_json(q) for q in self._interactions if q.kind != "await"]
         self.error = self._failure or run.error or ""
         self.status = run.status
-        return run.status not in SETTLED
+        self._show_details()
+
+    # -- details of the selected node ------------------------------------------
+    def _on_selected(self, _change: Any) -> None:
+        on_loop(self.live.loop, self._show_details)
+
+    def _show_details(self) -> None:
+        name = self.selected
+        if not name:
+            if self.details:
+                self.details = {}
+            return
+        kind = next((n["kind"] for n in self.graph.get("nodes", []) if n["id"] == name), "node")
+        details = node_details(
+            name, kind, self._views.get(name), self._visits, self._events, self._interactions
+        )
+        if details != self.details:
+            self.details = details
+
+    # -- the saved snapshot ------------------------------------------------------
+    def snapshot(self) -> Bundle:
+        """The widget as it is now, as static HTML and as text."""
+        views, status = self._views, self.status or "starting"
+        p = self.progress
+        head = (
+            f"Run {self.run_id} · {self.workflow} · {status} · "
+            f"{p.get('done', 0)}/{p.get('total', 0)} nodes finished"
+        )
+        states = "; ".join(f"{name} {view.text}" for name, view in views.items())
+        text = [head, f"Nodes: {states}" if states else "Nodes: (not started)"]
+        html = [
+            f'<div class="iterion-snapshot" data-run="{escape(self.run_id)}">{STYLE}',
+            f"<div><b>{escape(head)}</b></div>",
+        ]
+        if self.graph:
+            svg = graph_svg(self.graph, views, prefix=f"snap-{self.run_id}", standalone=True)
+            html.append(f"<div>{svg_image(svg, 'workflow graph: ' + states)}</div>")
+        questions = [q for q in self._interactions if q.kind != "await"]
+        if questions:
+            html.append("<div>Questions:</div><ul>")
+            for q in questions:
+                line = _question_line(q)
+                text.append("- " + line)
+                html.append(f"<li>{escape(line)}</li>")
+            html.append("</ul>")
+        if self.error:
+            text.append(f"Error: {self.error}")
+            html.append(f"<pre>{escape(self.error)}</pre>")
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        note = f"Saved view as of {when}; the live view needs the notebook's kernel."
+        text.append(note)
+        html.append(f"<div><small>{escape(note)}</small></div></div>")
+        return {"text/html": "".join(html), "text/plain": "\n".join(text)}
 
     def show_failure(self, message: str) -> None:
         """Show an exception of the task driving the run (it is also recorded on the run)."""
         self._failure = message
         self.error = message
 
+    def _on_other_msg(self, content: Any) -> None:
+        if isinstance(content, dict) and content.get("type") == "refresh":
+            on_loop(self.live.loop, lambda: self._spawn(self.refresh()))
+
+    def plain_text(self) -> str:
+        """What shows where widgets do not: a line naming the run (the snapshot has the rest)."""
+        return f"Run {self.run_id}: the live run widget (its saved snapshot shows the last state)"
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle: Any = super()._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if isinstance(data, dict):
+            data["text/plain"] = self.plain_text()
+        self.snapshots.publish()
+        return bundle
+
+    def __repr__(self) -> str:
+        return f"<Run {self.run_id} {self.status or 'starting'}>"
+
     def close(self) -> None:
         """Stop following the store and close the widget."""
         self.live.stop()
+        self.snapshots.stop()
         super().close()
+
+
+def _question_line(q: Interaction) -> str:
+    labels = {o.id: o.label for o in q.options}
+    asked = f"{q.node_id} asked: {q.question}"
+    if q.pending:
+        offered = ", ".join(o.label or o.id for o in q.options)
+        return f"{asked}{f' (options: {offered})' if offered else ''} — waiting for an answer"
+    answer = q.answers if isinstance(q.answers, str) else str(q.answers)
+    shown = labels.get(answer) or answer
+    return f"{asked} — answered {shown!r} by {q.answered_by or 'someone'}"

@@ -85,7 +85,11 @@ def test_diagnostics_are_a_table_with_line_numbers_not_a_traceback(
     out, err = capsys.readouterr()
     assert not result.success
     assert "line:col" in out and "C052" in out and "C008" in out
-    assert "8:10" in out  # the line of `model: 1` inside the cell
+    # numbered as the editor shows the cell: the %%iterion line is line 1
+    (row,) = [line for line in out.splitlines() if "C052" in line]
+    assert row.startswith("9:10 ") and row.endswith("model: 1")
+    lines = ("%%iterion broken\n" + broken).splitlines()
+    assert lines[9 - 1].strip() == "model: 1"
     assert "UsageError: <cell broken>: the workflow does not compile" in err
     assert "Traceback" not in out + err
     assert "broken" not in shell.user_ns
@@ -122,7 +126,7 @@ def test_usage_mistakes_are_one_line(
         ("%iterion resume nosuchrun", "no run 'nosuchrun'"),
         ("%iterion inbox nosuchrun", "no run 'nosuchrun'"),
         ("%iterion bogus", "unknown command 'bogus'"),
-        ("%iterion", "%iterion runs | inbox"),
+        ("%iterion", "%iterion runs | show RUN | inbox"),
         ("%iterion wait", "the following arguments are required: run_id"),
         ("%iterion runs --limit many", "invalid int value"),
     ],
@@ -149,14 +153,16 @@ def test_run_answer_wait_through_the_magics(
     assert shell.user_ns["q"].questions == ("Tone?",)
     table = ok(shell, "%iterion runs")
     assert handle.id in repr(table) and "notes" in repr(table)
-    assert ok(shell, "%iterion answer {r.id} {q.id} formal") == {"queued": True, "resumed": False}
+    said = ok(shell, "%iterion answer {r.id} {q.id} formal")
+    assert said == {"queued": True, "resumed": False}
+    assert repr(said) == "Sent — the agent reads it at its next turn"
     assert ok(shell, "%iterion wait {r.id}") == "finished"
     assert handle.outputs["writer"] == {"text": "a draft"}
     assert handle.outputs["gate"]["answers"][0]["answer"] == "formal"
     # the display of a run handle is the live run widget, which shows the end state
     data, _ = handle._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in data
-    assert data["text/plain"] == f"<Run {handle.id} finished>"
+    assert data["text/plain"].startswith(f"Run {handle.id}: the live run widget")
     # answering again is a conflict, said in one line
     result = run(shell, "%iterion answer {r.id} {q.id} casual")
     assert not result.success
@@ -273,3 +279,151 @@ def test_report_magic(
     assert not result.success
     err = capsys.readouterr().err
     assert "cannot write the report to /nonexistent/dir/r.md" in err and "Traceback" not in err
+
+
+def test_answer_if_pending_leaves_an_answered_question_alone(shell: InteractiveShell) -> None:
+    """Code that answers answers only what is still pending, and says so (a click came first)."""
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    ok(shell, "await r.answer(q.id, 'formal', answered_by='ada')")  # the person clicked
+    said = ok(shell, "%iterion answer {r.id} {q.id} casual --if-pending")
+    assert repr(said) == "Already answered by ada: 'Formal' — nothing sent"
+    assert said == {"queued": False, "resumed": False}
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    assert handle.outputs["gate"]["answers"][0]["answer"] == "formal"
+
+
+def test_an_answer_from_the_magic_says_magic(shell: InteractiveShell) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    ok(shell, "%iterion answer {r.id} {q.id} formal --if-pending")
+    asked = ok(shell, "await r.session.store.get_interaction(q.id)")
+    assert asked.answered_by == "magic"
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+
+
+def test_resume_reuses_the_recorded_scenario_and_says_so(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    assert ok(shell, "%iterion cancel {r.id}") == "cancelled"
+    capsys.readouterr()
+    resumed = ok(shell, "%iterion resume {r.id}")  # no --scenario: the recorded one
+    out = capsys.readouterr().out
+    assert f"resuming run {handle.id} with the scenario it recorded when it started" in out
+    ok(shell, "await r.answer(q.id, 'formal')")
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    assert resumed.outputs["writer"] == {"text": "a draft"}
+
+
+def test_resume_of_a_scripted_run_without_a_scenario_is_one_clear_error(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run recorded before runs kept their scenario: say what to do, before anything runs."""
+    ok(shell, "import iterion_nb as it\nfrom datetime import datetime, UTC\n"
+              "from iterion_nb.runtime.records import Run\nold = it.Session(store)")  # fmt: skip
+    ok(shell, "wf = it.compile(WF)\nnow = datetime.now(UTC)\n"
+              "await old.store.create_run(Run('oldrun', 'notes', wf.source_hash, 'running',"
+              " now, now, source=WF, vars={'topic': 't'}))\n"
+              "await old.store.update_run('oldrun', status='cancelled')\n"
+              "await old.close()")  # fmt: skip
+    result = run(shell, "%iterion resume oldrun --store $store")
+    err = capsys.readouterr().err
+    assert not result.success
+    assert err == (
+        "UsageError: %iterion resume: run 'oldrun' uses the scripted model and recorded no"
+        " scenario: pass --scenario EXPR (a dict or a file)\n"
+    )
+    resumed = ok(shell, "%iterion resume oldrun --scenario scenario --store $store")
+    assert "with the scenario given (--scenario)" in capsys.readouterr().out
+    shell.user_ns["R"] = resumed
+    ok(shell, "q = await R.next_question(timeout=10)")
+    ok(shell, "await R.answer(q.id, 'formal')")
+    assert ok(shell, "%iterion wait oldrun --store $store") == "finished"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("%iterion wait {failing.id}", "cannot expand {failing.id}: NameError: name 'failing'"),
+        ("%iterion answer {failing.id} q1 yes", "cannot expand {failing.id}: NameError"),
+        ("%iterion runs --store $nowhere", "cannot expand $nowhere: NameError"),
+    ],
+)
+def test_a_value_ipython_could_not_expand_is_named(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    result = run(shell, line)
+    err = capsys.readouterr().err
+    assert not result.success
+    assert err.startswith("UsageError: %iterion ") and message in err, err
+    assert err.count("\n") == 1 and "no run" not in err
+
+
+def test_a_cell_magic_store_that_did_not_expand_is_named(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run(shell, "%%iterion --store $nowhere\n" + WORKFLOW)
+    assert not result.success
+    assert "UsageError: %%iterion: cannot expand $nowhere" in capsys.readouterr().err
+
+
+def test_run_equals_underscore_warns_when_the_notebook_took_underscore(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_cell("for _ in range(2):\n    pass", store_history=True)
+    capsys.readouterr()
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    out = capsys.readouterr().out
+    assert "this notebook assigned `_`, so IPython no longer updates it" in out
+    assert "run = Out[" in out
+    shell.user_ns.pop("_")  # as `del _` does: IPython's `_` is back
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    ok(shell, "await r.answer(q.id, 'formal')")
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+
+
+def test_questions_lists_who_answered_what_and_show_displays_a_run(
+    shell: InteractiveShell,
+) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    asked = ok(shell, "%iterion questions {r.id} --wait 1")
+    assert [q.questions for q in asked] == [("Tone?",)]
+    assert "writer  async  Tone?     (pending)" in repr(asked)
+    shell.user_ns["asked"] = asked
+    ok(shell, "await r.answer(asked[0].id, 'formal', answered_by='ada')")
+    assert "writer  async  Tone?     Formal  ada" in repr(ok(shell, "%iterion questions {r.id}"))
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    shown = ok(shell, "%iterion show {r.id}")
+    assert isinstance(shown, LiveRun) and shown.id == handle.id
+    shown.widget.close()
+
+
+def test_questions_waits_for_what_was_asked_then_says_what_is_missing(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    result = run(shell, "%iterion questions {r.id} --wait 2 --timeout 0.5")
+    assert not result.success
+    err = capsys.readouterr().err
+    assert "asked 1 question(s) in 0.5 s, not 2" in err and err.count("\n") == 1
+    ok(shell, "await r.cancel()")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import subprocess
 import sys
 import threading
@@ -106,9 +107,11 @@ async def test_a_message_in_records_the_answer(session: Session, thread: str) ->
         worker.start()
         await asyncio.to_thread(worker.join)
     await until(lambda: inbox.last_result.get("interaction_id") == iid)
-    assert inbox.last_result == {"interaction_id": iid, "queued": True, "resumed": False}
+    assert inbox.last_result == {"interaction_id": iid, "queued": True, "resumed": False,
+                                 "text": "Sent — the agent reads it at its next turn"}  # fmt: skip
     recorded = await session.store.get_interaction(iid)
-    assert recorded.answers == "formal" and recorded.answered_by == "notebook"
+    assert recorded.answers == "formal"
+    assert recorded.answered_by == getpass.getuser()  # a click: the person, not "notebook"
     await until(lambda: not inbox.pending and inbox.history)
     assert inbox.history[0]["answers"] == "formal"
     assert await run.wait(10) == "finished"
@@ -187,7 +190,8 @@ async def test_an_inbox_over_another_holder_sees_answers_within_a_second(tmp_pat
         assert inbox.history[0]["id"] == "q1" and inbox.history[0]["answers"] == "yes"
         # and a click in this inbox answers through the holder
         result = await inbox.submit({"run_id": "burst", "interaction_id": "q0", "answer": "no"})
-        assert result == {"interaction_id": "q0", "queued": True, "resumed": False}
+        assert result["queued"] is True and result["resumed"] is False
+        assert result["text"] == "Sent — the agent reads it at its next turn"
         assert not inbox.pending
         inbox.close()
         await store.close()
@@ -209,15 +213,16 @@ async def test_agent_text_travels_as_plain_text(session: Session) -> None:
 async def test_run_widget_follows_a_run_to_its_end(session: Session) -> None:
     run = await started(session, {"question": "Tone?"})
     widget = RunWidget(session.store, run.id)  # no workflow given: read from the run
-    await until(lambda: widget.states.get("writer") == "done" and widget.status == "running")
+    await until(lambda: widget.states.get("writer") == "finished" and widget.status == "running")
     assert widget.workflow == "notes"
-    assert [n["id"] for n in widget.graph["nodes"]] == ["writer", "gate"]
-    assert widget.states.get("gate") == "running"  # waiting at the sync point
+    assert [n["id"] for n in widget.graph["nodes"]] == ["writer", "gate", "done"]
+    await until(lambda: widget.states.get("gate") == "waiting")  # at the sync point
+    assert widget.notes["gate"] == "waiting for 1 of 1 answer"
     assert [q["questions"] for q in widget.questions] == [["Tone?"]]
     (question,) = await run.pending_questions()
     await run.answer(question.id, "formal")
     await until(lambda: widget.status == "finished")
-    assert widget.states == {"writer": "done", "gate": "done"}
+    assert widget.states == {"writer": "finished", "gate": "finished"}
     assert widget.progress["done"] == 2 and widget.progress["total"] == 2
     assert widget.questions[0]["answers"] == "formal"
     types = [e["type"] for e in widget.events]
@@ -234,7 +239,8 @@ async def test_run_widget_shows_a_parked_node_and_a_failure(session: Session) ->
     run = await session.start(it.compile(flow), scenario=sc)
     widget = RunWidget(session.store, run.id, it.compile(flow))
     await until(lambda: widget.status == "paused_waiting_human")
-    await until(lambda: widget.states.get("writer") == "parked")
+    await until(lambda: widget.states.get("writer") == "waiting")
+    assert widget.notes["writer"] == "waiting for an answer"
     widget.show_failure("Traceback: boom")
     assert widget.error == "Traceback: boom"
     await widget.refresh()
@@ -242,14 +248,45 @@ async def test_run_widget_shows_a_parked_node_and_a_failure(session: Session) ->
     widget.close()
 
 
-def test_graph_layout_places_nodes_by_depth_and_marks_loop_edges() -> None:
+def test_graph_layout_is_layered_fan_outs_spread_and_loops_go_back_up() -> None:
     source = (Path(__file__).parents[2] / "examples" / "fanout_retry.iter").read_text()
     layout = graph_layout(it.compile(source))
-    x = {n["id"]: n["x"] for n in layout["nodes"]}
-    assert x["writer"] < x["reviews"] < x["accuracy"] == x["style"]
-    backs = [(e["src"], e["dst"]) for e in layout["edges"] if e["back"]]
-    assert backs and all(x[dst] <= x[src] for src, dst in backs)
-    assert any("loop" in e["label"] for e in layout["edges"])
+    box = {n["id"]: n for n in layout["nodes"]}
+    y = {name: b["y"] for name, b in box.items()}
+    # top to bottom, a join below every branch it joins, the terminal last
+    assert y["writer"] < y["reviews"] < y["accuracy"] == y["style"] < y["decide"] < y["summary"]
+    assert y["summary"] < y["done"] and box["done"]["terminal"]
+    # the fan-out spreads under its router, side by side, without overlapping
+    left, right = sorted((box["accuracy"], box["style"]), key=lambda b: b["x"])
+    assert left["x"] + left["w"] < right["x"]
+    centre = box["reviews"]["x"] + box["reviews"]["w"] / 2
+    assert left["x"] < centre < right["x"] + right["w"]
+    # the loop edge goes back up on the right of everything between its ends
+    (back,) = [e for e in layout["edges"] if e["back"]]
+    assert (back["src"], back["dst"], back["loop"]) == ("decide", "writer", "revise")
+    lane = back["points"][1][0]
+    assert all(lane > b["x"] + b["w"] for b in box.values() if y["writer"] <= b["y"] <= y["decide"])
+    assert "loop revise" in back["label"]
+    # boxes fit their texts: the await_answers line "waiting for 1 of 2 answers" too
+    gate = graph_layout(it.compile(FLOW))["nodes"][1]
+    assert gate["kind"] == "await_answers" and gate["w"] >= len("waiting for 99 of 99 answers") * 6
+
+
+def test_an_edge_across_layers_bends_between_the_nodes() -> None:
+    flow = (
+        'agent a:\n  model: "scripted"\n\nagent b:\n  model: "scripted"\n\n'
+        'agent c:\n  model: "scripted"\n  await: wait_all\n\nrouter r:\n  mode: fan_out_all\n\n'
+        "workflow w:\n  entry: r\n  r -> a\n  r -> c\n  a -> b\n  b -> c\n  c -> done\n"
+    )
+    layout = graph_layout(it.compile(flow))
+    box = {n["id"]: n for n in layout["nodes"]}
+    (long_edge,) = [e for e in layout["edges"] if (e["src"], e["dst"]) == ("r", "c")]
+    assert box["c"]["y"] > box["b"]["y"]  # the join sits below the longer branch
+    assert len(long_edge["points"]) == 4  # two bends: one on a's layer, one on b's
+    for x, y in long_edge["points"][1:-1]:
+        for other in ("a", "b"):
+            b = box[other]
+            assert not (b["x"] <= x <= b["x"] + b["w"] and b["y"] <= y <= b["y"] + b["h"])
 
 
 def test_shipped_front_end_is_built_from_js() -> None:

@@ -1,0 +1,122 @@
+"""The magics in a real IPython kernel (its loop runs while a cell runs, unlike a bare shell)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_kernel_crash import Kernel
+
+FLOW = """\
+%%iterion --run --scenario scenario --store {store}
+schema out:
+  text: string
+
+agent a:
+  model: "scripted"
+  interaction: async
+  output: out
+
+await_answers gate:
+  from: a
+  timeout: "5m"
+
+workflow w:
+  entry: a
+  a -> gate
+  gate -> done
+"""
+
+SCENARIO = """\
+scenario = {"nodes": {"a": [
+    {"tool_calls": [{"name": "ask_user_async", "input": {"question": "Tone?"}}]},
+    {"output": {"text": "ok"}},
+]}}
+"""
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    made = Kernel(tmp_path)
+    yield made
+    made.close()
+    from jupyter_core.utils import ensure_event_loop
+
+    ensure_event_loop().close()
+
+
+def shown(outputs: list[dict[str, Any]]) -> str:
+    """Everything the cell showed, as text (display updates included)."""
+    texts = []
+    for msg in outputs:
+        content = msg["content"]
+        if msg["msg_type"] == "stream":
+            texts.append(content["text"])
+        elif msg["msg_type"] in ("execute_result", "display_data", "update_display_data"):
+            texts.append(content["data"].get("text/plain", ""))
+        elif msg["msg_type"] == "error":
+            texts.append(f"{content['ename']}: {content['evalue']}")
+    return "\n".join(texts)
+
+
+def test_load_ext_and_a_magic_in_one_cell(kernel: Kernel, tmp_path: Path) -> None:
+    """The cell that loads the extension was read before it existed; its magic still runs."""
+    store = tmp_path / "store"
+    outputs = everything(kernel, f"%load_ext iterion_nb\n%iterion runs --store {store}", 1.0)
+    text = shown(outputs)
+    assert "coroutine" not in text
+    assert "0 run(s)" in text and "id  workflow  status" in text, text
+
+
+def test_a_magic_s_mistake_in_the_loading_cell_is_still_one_line(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    outputs = everything(kernel, "%load_ext iterion_nb\n%iterion wait nosuchrun", 1.0)
+    text = shown(outputs)
+    assert "UsageError: %iterion wait: no run 'nosuchrun'" in text, text
+    assert "Traceback" not in text
+
+
+def test_a_run_in_a_kernel_shows_its_widget_and_snapshot(kernel: Kernel, tmp_path: Path) -> None:
+    kernel.run("%load_ext iterion_nb\n" + SCENARIO)
+    outputs = kernel.run(FLOW.format(store=tmp_path / "store"))
+    kinds = [(m["msg_type"], sorted(m["content"].get("data", {}))) for m in outputs]
+    assert ("display_data", ["text/html", "text/plain"]) in kinds  # the snapshot
+    assert (
+        "execute_result",
+        ["application/vnd.jupyter.widget-view+json", "text/plain"],
+    ) in kinds  # the live widget
+    snapshot = next(m for m in outputs if m["msg_type"] == "display_data")
+    display_id = snapshot["content"]["transient"]["display_id"]
+    kernel.run("run = _\nq = await run.next_question(timeout=10)")
+    later = everything(kernel, "await run.answer(q.id, 'formal')\nawait run.wait(10)", 2.0)
+    # the snapshot of the first cell was brought up to date, as an output of that cell
+    updates = [m for m in later if m["msg_type"] == "update_display_data"]
+    assert updates, later
+    last = updates[-1]
+    assert last["content"]["transient"]["display_id"] == display_id
+    assert last["parent_header"]["msg_id"] == snapshot["parent_header"]["msg_id"]
+    assert "· finished ·" in last["content"]["data"]["text/plain"]
+
+
+def everything(kernel: Kernel, code: str, linger: float) -> list[dict[str, Any]]:
+    """Run ``code``; every IOPub message until ``linger`` s after it ends, of whatever cell."""
+    import time
+
+    msg_id = kernel.client.execute(code)
+    seen: list[dict[str, Any]] = []
+    done_at = None
+    while done_at is None or time.monotonic() < done_at + linger:
+        try:
+            msg = kernel.client.get_iopub_msg(timeout=0.2)
+        except Exception:  # queue.Empty: nothing for a moment
+            continue
+        seen.append(msg)
+        parent = msg["parent_header"].get("msg_id")
+        state = msg["content"].get("execution_state")
+        if (parent, msg["msg_type"], state) == (msg_id, "status", "idle"):
+            done_at = time.monotonic()
+    return seen

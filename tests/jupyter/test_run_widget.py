@@ -1,0 +1,254 @@
+"""The run widget's model without a kernel: states, details, usage, forms, snapshots, identity."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import getpass
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+import iterion_nb as it
+from iterion_nb.magics import LiveRun
+from iterion_nb.session import Session
+from iterion_nb.widgets import InboxWidget, RunWidget, who_clicked
+
+from .test_widgets import FLOW, answerer, scenario, started, until
+
+TOOLS = """\
+schema out:
+  text: string
+
+agent writer:
+  model: "scripted"
+  tools: [shout]
+  interaction: async
+  output: out
+
+await_answers gate:
+  from: writer
+  timeout: "5m"
+
+workflow w:
+  entry: writer
+  budget:
+    max_tokens: 1000
+    max_cost_usd: 1
+  writer -> gate
+  gate -> done
+"""
+
+
+@it.tool
+def shout(text: str) -> str:
+    """Say it louder."""
+    return text.upper()
+
+
+@pytest.fixture
+async def session(tmp_path: Path) -> AsyncIterator[Session]:
+    s = Session(tmp_path / "store")
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def shell() -> Iterator[tuple[InteractiveShell, list[dict[str, Any]]]]:
+    """A real IPython shell whose display messages are recorded."""
+    ip = InteractiveShell.instance()
+    published: list[dict[str, Any]] = []
+    original = ip.display_pub.publish
+
+    def publish(data: Any, metadata: Any = None, *args: Any, **kwargs: Any) -> None:
+        published.append({"data": data, **kwargs})
+
+    ip.display_pub.publish = publish  # type: ignore[method-assign]
+    yield ip, published
+    ip.display_pub.publish = original  # type: ignore[method-assign]
+
+
+async def test_an_await_node_says_how_many_answers_it_waits_for(session: Session) -> None:
+    run = await started(session, {"question": "Tone?"}, {"question": "Length?"})
+    widget = RunWidget(session.store, run.id)
+    await until(lambda: widget.notes.get("gate") == "waiting for 2 of 2 answers")
+    assert widget.states["gate"] == "waiting"
+    first, _ = await run.pending_questions()
+    await run.answer(first.id, "formal")
+    await until(lambda: widget.notes.get("gate") == "waiting for 1 of 2 answers")
+    widget.close()
+    await run.cancel()
+
+
+async def test_pending_questions_are_answered_from_the_widget(session: Session) -> None:
+    run = await started(session, {"question": "Tone?", "options": [{"id": "f", "label": "F"}]})
+    widget = RunWidget(session.store, run.id, answer=answerer(session))
+    assert widget.answerable
+    await until(lambda: any(not q["answered_at"] for q in widget.questions))
+    (question,) = [q for q in widget.questions if not q["answered_at"]]
+    widget._handle_custom_msg(
+        {"type": "answer", "run_id": run.id, "interaction_id": question["id"], "answer": "f"}, []
+    )
+    await until(lambda: widget.last_result.get("interaction_id") == question["id"])
+    assert widget.last_result["text"] == "Sent — the agent reads it at its next turn"
+    recorded = await session.store.get_interaction(question["id"])
+    assert (recorded.answers, recorded.answered_by) == ("f", getpass.getuser())
+    assert await run.wait(10) == "finished"
+    await until(lambda: widget.states.get("gate") == "finished")
+    # without an answer path the widget lists the questions, and a stray click says why
+    listing = RunWidget(session.store, run.id)
+    assert not listing.answerable
+    result = await listing.submit({"run_id": run.id, "interaction_id": "x", "answer": "y"})
+    assert "cannot answer" in result["error"]
+    widget.close()
+    listing.close()
+
+
+async def test_a_click_is_answered_by_the_jupyter_user_where_known(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTERHUB_USER", "ada")
+    assert who_clicked() == "ada"
+    run = await started(session, {"question": "Tone?"})
+    inbox = InboxWidget(session.store, answerer(session), run.id)
+    await until(lambda: len(inbox.pending) == 1)
+    iid = inbox.pending[0]["id"]
+    inbox._handle_custom_msg({"type": "answer", "interaction_id": iid, "answer": "formal"}, [])
+    await until(lambda: bool(inbox.history))
+    assert inbox.history[0]["answered_by"] == "ada"
+    monkeypatch.delenv("JUPYTERHUB_USER")
+    assert who_clicked() == getpass.getuser()
+    inbox.close()
+
+
+async def test_a_node_s_details_follow_it_live(session: Session) -> None:
+    sc = {"nodes": {"writer": [
+        {"text": "Let me shout.", "tool_calls": [{"name": "shout", "input": {"text": "hi"}}],
+         "tokens": {"in": 100, "out": 20}, "cost_usd": 0.01},
+        {"tool_calls": [{"name": "ask_user_async", "input": {"question": "Tone?"}}],
+         "tokens": {"in": 50, "out": 5}, "cost_usd": 0.002},
+        {"output": {"text": "HI"}, "tokens": {"in": 10, "out": 5}, "cost_usd": 0.001},
+    ]}}  # fmt: skip
+    run = await session.start(it.compile(TOOLS), scenario=sc)
+    widget = RunWidget(session.store, run.id)
+    widget.selected = "writer"  # as the front-end does when the node is clicked
+    await until(lambda: widget.details.get("state") == "finished")
+    d = widget.details
+    assert d["node"] == "writer" and d["kind"] == "agent"
+    assert len(d["turns"]) == 3 and all(t["request"] and t["reply"] for t in d["turns"])
+    assert d["turns"][0]["reply"]["tokens_in"] == 100
+    assert d["turns"][0]["reply"]["tool_calls"] == ["shout"]
+    assert [(c["tool"], c["input"]) for c in d["tools"]] == [("shout", {"text": "hi"})]
+    assert d["output"] == {"text": "HI"}
+    assert [q["questions"] for q in d["questions"]] == [["Tone?"]]
+    assert len(d["visits"]) == 1 and d["visits"][0]["seconds"] >= 0
+    # the header's usage: tokens and cost against the workflow's budget
+    assert widget.usage["tokens"] == 190 and widget.usage["max_tokens"] == 1000
+    assert widget.usage["cost_usd"] == pytest.approx(0.013)
+    assert widget.usage["max_cost_usd"] == 1
+    # another node: its details replace the first's, and change while it waits
+    widget.selected = "gate"
+    await until(lambda: widget.details.get("node") == "gate")
+    assert widget.details["text"] == "waiting for 1 of 1 answer"
+    (question,) = await run.pending_questions()
+    await run.answer(question.id, "formal")
+    await until(lambda: widget.details.get("state") == "finished")
+    assert widget.details["output"]["answers"][0]["answer"] == "formal"
+    widget.selected = ""
+    await until(lambda: widget.details == {})
+    widget.close()
+
+
+async def test_a_run_whose_process_died_reads_interrupted(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    script = textwrap.dedent(f"""
+        import asyncio, os, signal, sys, iterion_nb as it
+        FLOW = {FLOW!r}
+        async def main():
+            s = it.Session({str(store)!r}, scenario={scenario({"question": "Tone?"})!r})
+            run = await s.start(it.compile(FLOW))
+            await run.next_question(timeout=10)
+            print(run.id, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        asyncio.run(main())
+    """)
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    run_id = done.stdout.split()[0]
+    session = Session(store)
+    try:
+        widget = RunWidget(session.store, run_id)
+        await until(lambda: widget.status == "interrupted")
+        # nothing executes it: its open nodes are not shown as running
+        assert "running" not in widget.states.values()
+        widget.close()
+    finally:
+        await session.close()
+
+
+async def test_each_display_leaves_a_snapshot_kept_current(
+    session: Session, shell: tuple[InteractiveShell, list[dict[str, Any]]]
+) -> None:
+    _, published = shell
+    run = await started(
+        session, {"question": "Tone <b>?</b>", "options": [{"id": "f", "label": "F"}]}
+    )
+    live = LiveRun(session, run.id, it.compile(FLOW))
+    await until(lambda: live.widget.states.get("gate") == "waiting")
+    data, _ = live._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert data["text/plain"] == (  # a line, not an object's address
+        f"Run {run.id}: the live run widget (its saved snapshot shows the last state)"
+    )
+    (shown,) = [p for p in published if not p.get("update")]
+    html, text = shown["data"]["text/html"], shown["data"]["text/plain"]
+    display_id = shown["transient"]["display_id"]
+    assert html.startswith(f'<div class="iterion-snapshot" data-run="{run.id}">')
+    assert "gate waiting for 1 of 1 answer" in text and "writer finished" in text
+    assert "Tone &lt;b&gt;?&lt;/b&gt;" in html and "<b>?</b>" not in html  # text, never HTML
+    picture = html.split('src="data:image/svg+xml;base64,')[1].split('"')[0]
+    svg = base64.b64decode(picture).decode()
+    assert 'data-node="gate" data-state="waiting"' in svg
+    assert f'id="snap-{run.id}-arrow"' in svg
+    # the run goes on: the snapshot follows (at most once a second, at once when it settles)
+    (question,) = await run.pending_questions()
+    await run.answer(question.id, "f")
+    await until(lambda: any(p.get("update") and "finished" in p["data"]["text/plain"]
+                            and "Nodes: writer finished; gate finished" in p["data"]["text/plain"]
+                            for p in published), timeout=5)  # fmt: skip
+    updates = [p for p in published if p.get("update")]
+    assert {p["transient"]["display_id"] for p in updates} == {display_id}
+    assert "answered 'F' by python" in updates[-1]["data"]["text/plain"]
+    live.widget.close()
+
+
+async def test_an_inbox_snapshot_lists_its_questions_as_text(
+    session: Session, shell: tuple[InteractiveShell, list[dict[str, Any]]]
+) -> None:
+    _, published = shell
+    run = await started(session, {"question": "Tone?", "options": [{"id": "f", "label": "Formal"}]})
+    inbox = InboxWidget(session.store, answerer(session), run.id)
+    await until(lambda: len(inbox.pending) == 1)
+    data, _ = inbox._repr_mimebundle_()
+    assert data["text/plain"] == f"Inbox (run {run.id}): the live inbox widget"
+    (shown,) = published
+    assert "writer asks: Tone? (Formal)" in shown["data"]["text/plain"]
+    assert inbox.pending[0]["workflow"] == "notes"  # the inbox names the run's workflow
+    inbox.close()
+    await run.cancel()
+
+
+def test_the_os_user_is_the_fallback_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
+    monkeypatch.setenv("USER", "grace")
+    monkeypatch.setenv("LOGNAME", "grace")
+    assert who_clicked() == "grace"  # getpass reads LOGNAME/USER first
