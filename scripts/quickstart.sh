@@ -4,16 +4,31 @@
 # DuckDB store); no API key.
 #
 #   bash scripts/quickstart.sh              # opens notebooks/01_quickstart.ipynb in JupyterLab
+#   bash scripts/quickstart.sh --no-browser # ... and any other options go to `jupyter lab`
 #   bash scripts/quickstart.sh --headless   # runs it without a browser and prints the result
 #                                           # (also validates, draws and runs the .iter example)
+#
+# Works as a user and as root (JupyterLab refuses root unless told --allow-root).
+# The install runs again only when pyproject.toml changed since the last one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[jupyter]"
+STAMP=.venv/.quickstart-installed
+WANT="$(cksum < pyproject.toml)"
+if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ] \
+    || ! .venv/bin/python -c "import iterion_nb, jupyterlab" >/dev/null 2>&1; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[jupyter]"
+  echo "$WANT" > "$STAMP"
+fi
 
 if [ "${1:-}" != "--headless" ]; then
-  exec .venv/bin/jupyter lab notebooks/01_quickstart.ipynb
+  AS_ROOT=()
+  [ "$(id -u)" = 0 ] && AS_ROOT=(--allow-root)
+  # the kernels this server starts use its store (it tells them in ITERION_NB_STORE)
+  # serve the whole checkout (examples, docs) and open the tour; the store is .iterion/ here
+  exec .venv/bin/jupyter lab ${AS_ROOT[@]+"${AS_ROOT[@]}"} --ServerApp.root_dir="$PWD" "$@" \
+    notebooks/01_quickstart.ipynb
 fi
 
 echo "== iterion-nb validate examples/async_questions.iter"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import tornado.web
@@ -14,6 +15,7 @@ from iterion_nb.api.handlers import routes
 from iterion_nb.api.holder import StoreService, open_served_store
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store import resolve_store_path
+from iterion_nb.store.location import DEFAULT_DIR, STORE_ENV
 
 #: Where the API is mounted, under the server's base URL.
 PREFIX = "iterion"
@@ -122,14 +124,33 @@ class HolderOrFileService:
         return await self._store_service.cancel(run_id)
 
 
+def server_store(serverapp: Any) -> str:
+    """The store this server serves: ``ITERION_NB_STORE``, else ``.iterion`` in its root dir."""
+    chosen = os.environ.get(STORE_ENV)
+    if chosen:
+        return chosen
+    return str(Path(getattr(serverapp, "root_dir", None) or os.getcwd()) / DEFAULT_DIR)
+
+
 def load(serverapp: Any) -> None:
-    """Mount the API in a running Jupyter server (``ITERION_NB_STORE`` picks the store)."""
-    service = HolderOrFileService(os.environ.get("ITERION_NB_STORE"))
+    """Mount the API in a running Jupyter server, and give its kernels the same store.
+
+    The rule: a kernel this server starts and the server itself use one
+    store by default — ``ITERION_NB_STORE`` if set, else ``.iterion/`` in the
+    server's root directory. The server exports that store, as an absolute
+    path, in ``ITERION_NB_STORE`` to every kernel it starts (they inherit its
+    environment), so a kernel whose notebook sits in a subdirectory still
+    finds it, and its runs are the ones the server's REST API lists.
+    """
+    chosen = server_store(serverapp)
+    service = HolderOrFileService(chosen)
+    if "://" not in chosen:  # a store URL (a database server) is the same from anywhere
+        os.environ[STORE_ENV] = str(service.path)
     web_app = serverapp.web_app
     web_app.add_handlers(".*$", jupyter_routes(service, web_app.settings["base_url"]))
     web_app.settings["iterion_nb_service"] = service
-    serverapp.log.info("iterion_nb: REST API at %s", url_path_join(
-        web_app.settings["base_url"], PREFIX, "api/runs"))  # fmt: skip
+    serverapp.log.info("iterion_nb: REST API at %s, store %s", url_path_join(
+        web_app.settings["base_url"], PREFIX, "api/runs"), service.path)  # fmt: skip
 
 
-__all__ = ["HolderOrFileService", "JupyterAuth", "jupyter_routes", "load"]
+__all__ = ["HolderOrFileService", "JupyterAuth", "jupyter_routes", "load", "server_store"]
