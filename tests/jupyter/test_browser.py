@@ -142,7 +142,8 @@ STATES = [
 import asyncio, subprocess, sys, textwrap
 scenario = {"nodes": {"asker": [
     {"tool_calls": [{"name": "ask_user_async", "input": {"question": "Go on?",
-        "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]}}]},
+        "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]}},
+        {"name": "ask_user_async", "input": {"question": "Anything else?"}}]},
     {"output": {"text": "asked"}}]}}""",
     """%%iterion live --run --scenario scenario
 schema out:
@@ -530,6 +531,7 @@ def test_every_state_reads_in_the_light_and_dark_themes(
         page.locator(f".iterion-run g.node[data-state={state}]").first.wait_for(timeout=60_000)
     page.locator(".iterion-run .status[data-status=interrupted]").wait_for(timeout=60_000)
     page.locator(".iterion-inbox button.option").first.wait_for(timeout=30_000)
+    page.locator(".iterion-inbox button.submit.primary").first.wait_for(timeout=30_000)
     note = page.locator(".iterion-run .note").first
     assert "%iterion resume" in note.inner_text()
     looks = page.evaluate(
