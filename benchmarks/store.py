@@ -89,8 +89,9 @@ def bulk_load(path: Path, events: int, interactions: int) -> None:
     """Fill the store with many runs' history, straight through SQL."""
     con = duckdb.connect(str(path), config=CONNECT_CONFIG)
     con.execute(
-        "INSERT INTO runs SELECT 'run' || (i % 1000), 'bench', 'h', 'finished', now(), now(),"
-        " '', '{}', NULL, NULL FROM range(1000) t(i)"
+        "INSERT INTO runs (id, workflow, source_hash, status, created_at, updated_at, source,"
+        " vars, error, checkpoint) SELECT 'run' || (i % 1000), 'bench', 'h', 'finished', now(),"
+        " now(), '', '{}', NULL, NULL FROM range(1000) t(i)"
     )
     con.execute(
         "INSERT INTO events SELECT 'run' || (i % 1000), i // 1000 + 1, 'tick',"
