@@ -150,10 +150,6 @@ class Engine:
             self.store, self.run_id, node, branch, self.event_for(node, branch), self.charge
         )
 
-    def new_interaction_id(self, node: str, index: int) -> str:
-        """A readable, unique interaction id."""
-        return f"{self.run_id}-{node}-{self.state.new_id('i')}-{index}"
-
     def charge(self, tokens: int, cost: float) -> None:
         """Count model usage against the budget."""
         self.state.usage.tokens += tokens

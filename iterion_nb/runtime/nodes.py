@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iterion_nb.errors import NodeError, PauseRun
+from iterion_nb.errors import ConflictError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.ir.evaluate import ExpressionError, evaluate
 from iterion_nb.runtime.ports import Backend, BackendRequest, BackendResult, Store
@@ -157,21 +157,38 @@ class NodeRunner:
                 return self._human_output(node, answer)
             if node.interaction == "llm":
                 raise NodeError(node.name, "the model gave no answer (interaction: llm)")
-        ids = []
-        for index in range(node.min_answers):
-            iid = self.engine.new_interaction_id(node.name, index)
-            record = Interaction(
-                iid, self.engine.run_id, node.name, "human", (question,), utcnow(),
-                branch_id=f.branch,
-            )  # fmt: skip
-            await self.store.add_interaction(record)
-            await self.engine.event_for(node.name, f.branch)(
-                "human_input_requested",
-                {"interaction_id": iid, "kind": "human", "question": question, "async": False},
-            )
-            ids.append(iid)
+        ids = [
+            await self._ask_person(node, f, question, index) for index in range(node.min_answers)
+        ]
         f.resume = {"interactions": ids}
-        raise PauseRun(ids[0], {"interactions": ids})
+        records = [await self.store.get_interaction(i) for i in ids]
+        if all(not r.pending for r in records):  # answered while its last owner was dead
+            return await self._human_answered(node, f, ids)
+        raise PauseRun(next(r.id for r in records if r.pending), {"interactions": ids})
+
+    async def _ask_person(self, node: m.HumanNode, f: Frontier, question: str, index: int) -> str:
+        """Record one question of a human gate; a gate re-run after a crash reuses its own.
+
+        The id depends on the node, branch and visit only, so the question
+        its dead owner recorded (and maybe somebody answered) is found again.
+        """
+        visit = self.state.visits.get(node.name, 0)
+        iid = f"{self.engine.run_id}-{node.name}-{f.branch}-v{visit}-{index}"
+        record = Interaction(
+            iid, self.engine.run_id, node.name, "human", (question,), utcnow(), branch_id=f.branch,
+        )  # fmt: skip
+        try:
+            await self.store.add_interaction(record)
+        except ConflictError:
+            existing = await self.store.get_interaction(iid)
+            if (existing.node_id, existing.kind) != (node.name, "human"):
+                raise
+            return iid
+        await self.engine.event_for(node.name, f.branch)(
+            "human_input_requested",
+            {"interaction_id": iid, "kind": "human", "question": question, "async": False},
+        )
+        return iid
 
     async def _human_answered(self, node: m.HumanNode, f: Frontier, ids: list[str]) -> Any:
         records = [await self.store.get_interaction(i) for i in ids]

@@ -14,14 +14,16 @@ surface (lists, REST, widgets, reports) shows the same thing.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from iterion_nb.errors import ResumeError, RunOwnedError
-from iterion_nb.runtime.records import Lease, Run, RunStatus
+from iterion_nb.runtime.records import Lease, Run, RunStatus, encode_json
 
 #: How long a lease lasts without renewal (seconds).
 DEFAULT_TTL = 10.0
@@ -145,3 +147,13 @@ def check_import(current: Run | None, now: datetime) -> None:
     held = effective_status(current, now).lease
     if held is not None:
         raise RunOwnedError(current.id, held.pid, held.host, held.since)
+
+
+def settled_already(
+    stored: Run, status: RunStatus, error: str | None, checkpoint: dict[str, Any]
+) -> bool:
+    """Whether a stop is already recorded as asked: a repeat (its reply was lost) writes nothing."""
+    if (stored.status, stored.error) != (status, error):
+        return False
+    expected: Any = json.loads(encode_json(checkpoint))
+    return bool(stored.checkpoint == expected)

@@ -223,8 +223,15 @@ class Store(Protocol):
         """Queue a message for one node of a run (rings the doorbell)."""
         ...
 
-    async def drain_messages(self, run_id: str, node_id: str) -> list[QueuedMessage]:
-        """Take the node's undelivered messages, oldest first; each is returned once ever."""
+    async def drain_messages(
+        self, run_id: str, node_id: str, *, token: str | None = None, repeated: bool = False
+    ) -> list[QueuedMessage]:
+        """Take the node's undelivered messages, oldest first; each is returned once ever.
+
+        ``token`` marks the messages this drain takes; a drain ``repeated``
+        with the same token (its first reply was lost) returns what the first
+        attempt took, if it landed, and drains as usual otherwise.
+        """
         ...
 
     async def export_run(self, run_id: str) -> RunBundle:

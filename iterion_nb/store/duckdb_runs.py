@@ -18,7 +18,12 @@ from iterion_nb.errors import (
     NotFoundError,
     StoreError,
 )
-from iterion_nb.runtime.ownership import Claimant, check_acquire, effective_status
+from iterion_nb.runtime.ownership import (
+    Claimant,
+    check_acquire,
+    effective_status,
+    settled_already,
+)
 from iterion_nb.runtime.ports import UNSET
 from iterion_nb.runtime.records import RESUMABLE, LeaseReport, Run, RunStatus, encode_json
 from iterion_nb.store.duckdb_base import DuckDBBase
@@ -214,7 +219,10 @@ class RunTables(DuckDBBase):
         keep_lease: bool = False,
     ) -> Run:
         def body() -> Run:
-            held = self._stored_run(run_id).lease
+            stored = self._stored_run(run_id)
+            if settled_already(stored, status, error, checkpoint):
+                return self._fetch_run(run_id)  # a repeat whose first reply was lost
+            held = stored.lease
             if held is None or held.owner != owner:
                 raise LeaseLostError(run_id)
             lease = "" if keep_lease else f", {_CLEAR_LEASE}"

@@ -128,6 +128,7 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             f"{path} was written by a newer iterion_nb (schema {max(done)}, this one knows"
             f" {LATEST}); upgrade iterion_nb to open it"
         )
+    applied = False
     for version, sql in MIGRATIONS:
         if version in done:
             continue
@@ -138,9 +139,12 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                 con.execute("INSERT INTO iterion_meta VALUES ('app', ?)", [APP_MARK])
             con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [version, to_db(utcnow())])
             con.execute("COMMIT")
+            applied = True
         except BaseException:
             con.execute("ROLLBACK")
             raise
+    if applied:  # the new schema in the file itself, not only in the write-ahead log
+        con.execute("CHECKPOINT")
 
 
 def _load_pending(con: duckdb.DuckDBPyConnection) -> list[Interaction]:
@@ -477,8 +481,14 @@ class DuckDBStore(RunCopies):
         self.doorbell.ring(run_id)
         return message
 
-    async def drain_messages(self, run_id: str, node_id: str) -> list[QueuedMessage]:
+    async def drain_messages(
+        self, run_id: str, node_id: str, *, token: str | None = None, repeated: bool = False
+    ) -> list[QueuedMessage]:
         key = (run_id, node_id)
+        if repeated and token:
+            taken = await self._call(lambda: self._drained_by(token))
+            if taken:
+                return taken  # the first attempt landed; its reply was lost
         with self._pending_lock:
             if not self._undelivered.get(key):
                 return []  # the common case at every turn: nothing to write
@@ -486,9 +496,9 @@ class DuckDBStore(RunCopies):
 
         def body() -> list[QueuedMessage]:
             rows = self._con.execute(
-                f"UPDATE messages SET delivered_at = ? WHERE run_id = ? AND node_id = ?"
-                f" AND delivered_at IS NULL RETURNING n, {MESSAGE_COLUMNS}",
-                [to_db(now), run_id, node_id],
+                f"UPDATE messages SET delivered_at = ?, drain_token = ? WHERE run_id = ?"
+                f" AND node_id = ? AND delivered_at IS NULL RETURNING n, {MESSAGE_COLUMNS}",
+                [to_db(now), token, run_id, node_id],
             ).fetchall()
             return [message_from_row(r[1:]) for r in sorted(rows)]
 
@@ -499,6 +509,13 @@ class DuckDBStore(RunCopies):
             return drained
 
         return await self._call(job)
+
+    def _drained_by(self, token: str) -> list[QueuedMessage]:
+        """On the worker: the messages the drain marked with ``token`` took."""
+        rows = self._con.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE drain_token = ? ORDER BY n", [token]
+        ).fetchall()
+        return [message_from_row(r) for r in rows]
 
     # -- lifecycle -------------------------------------------------------
     async def flush(self) -> None:

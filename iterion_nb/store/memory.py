@@ -26,6 +26,7 @@ from iterion_nb.runtime.ownership import (
     check_acquire,
     check_import,
     effective_status,
+    settled_already,
 )
 from iterion_nb.runtime.ports import UNSET
 from iterion_nb.runtime.records import (
@@ -74,6 +75,7 @@ class MemoryStore:
         self._artifacts: dict[str, list[Artifact]] = {}
         self._interactions: dict[str, Interaction] = {}
         self._messages: list[QueuedMessage] = []
+        self._drains: dict[str, list[QueuedMessage]] = {}  # by drain token
 
     # -- runs ------------------------------------------------------------
     async def create_run(self, run: Run, *, owner: Claimant | None = None) -> Run:
@@ -202,6 +204,8 @@ class MemoryStore:
     ) -> Run:
         with self._lock:
             run = self._run(run_id)
+            if settled_already(run, status, error, checkpoint):
+                return self._seen(run)  # a repeat whose first reply was lost
             if run.lease is None or run.lease.owner != owner:
                 raise LeaseLostError(run_id)
             settled = replace(
@@ -375,8 +379,12 @@ class MemoryStore:
         self.doorbell.ring(run_id)
         return message
 
-    async def drain_messages(self, run_id: str, node_id: str) -> list[QueuedMessage]:
+    async def drain_messages(
+        self, run_id: str, node_id: str, *, token: str | None = None, repeated: bool = False
+    ) -> list[QueuedMessage]:
         with self._lock:
+            if repeated and token and self._drains.get(token):
+                return list(self._drains[token])
             now = self._clock()
             taken: list[QueuedMessage] = []
             for index, message in enumerate(self._messages):
@@ -388,6 +396,8 @@ class MemoryStore:
                     delivered = replace(message, delivered_at=now)
                     self._messages[index] = delivered
                     taken.append(delivered)
+            if token and taken:
+                self._drains[token] = taken
         return taken
 
     async def export_run(self, run_id: str) -> RunBundle:

@@ -15,7 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from iterion_nb.errors import ConflictError, LeaseLostError, NotFoundError, StoreError
-from iterion_nb.runtime.ownership import Claimant, check_acquire, effective_status
+from iterion_nb.runtime.ownership import (
+    Claimant,
+    check_acquire,
+    effective_status,
+    settled_already,
+)
 from iterion_nb.runtime.ports import UNSET
 from iterion_nb.runtime.records import (
     RESUMABLE,
@@ -264,10 +269,13 @@ class PgRuns(PgBase):
         lease = "" if keep_lease else f", {_CLEAR_LEASE}"
 
         async def body(conn: Conn) -> Run:
-            held = (await self._stored_run(conn, run_id, lock=True)).lease
+            stored = await self._stored_run(conn, run_id, lock=True)
+            now = await self._now(conn)
+            if settled_already(stored, status, error, checkpoint):
+                return await self._fetch_run(conn, run_id, now)  # a repeat: its reply was lost
+            held = stored.lease
             if held is None or held.owner != owner:
                 raise LeaseLostError(run_id)
-            now = await self._now(conn)
             await conn.execute(
                 f"UPDATE runs SET status = %s, error = %s, checkpoint = %s, updated_at = %s,"
                 f" cancel_requested = false{lease} WHERE id = %s",

@@ -106,6 +106,15 @@ MIGRATIONS: list[tuple[int, str]] = [
             WHERE delivered_at IS NULL;
         """,
     ),
+    (
+        2,
+        # a drain records its token: repeated after its reply was lost, it
+        # returns what it took instead of nothing
+        """
+        ALTER TABLE messages ADD COLUMN drain_token text;
+        CREATE INDEX messages_by_drain ON messages (drain_token) WHERE drain_token IS NOT NULL;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

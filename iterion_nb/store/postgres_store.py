@@ -396,14 +396,23 @@ class PostgresStore(PgCopies):
         self.doorbell.ring(run_id)
         return message
 
-    async def drain_messages(self, run_id: str, node_id: str) -> list[QueuedMessage]:
+    async def drain_messages(
+        self, run_id: str, node_id: str, *, token: str | None = None, repeated: bool = False
+    ) -> list[QueuedMessage]:
         async def body(conn: Conn) -> list[QueuedMessage]:
+            if repeated and token:  # the first attempt may have landed: what did it take?
+                cur = await conn.execute(
+                    f"SELECT n, {MESSAGE_COLUMNS} FROM messages WHERE drain_token = %s", [token]
+                )
+                taken = sorted(await cur.fetchall())
+                if taken:
+                    return [message_from_row(r[1:]) for r in taken]
             # one statement: concurrent drainers each get a message at most once
             cur = await conn.execute(
-                "UPDATE messages SET delivered_at = coalesce(%s::timestamptz, now())"
-                " WHERE run_id = %s AND node_id = %s AND delivered_at IS NULL"
+                "UPDATE messages SET delivered_at = coalesce(%s::timestamptz, now()),"
+                " drain_token = %s WHERE run_id = %s AND node_id = %s AND delivered_at IS NULL"
                 f" RETURNING n, {MESSAGE_COLUMNS}",
-                [self._clock() if self._clock else None, run_id, node_id],
+                [self._clock() if self._clock else None, token, run_id, node_id],
             )
             rows = sorted(await cur.fetchall())
             return [message_from_row(r[1:]) for r in rows]

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -193,6 +194,8 @@ class RemoteStore:
                 err.repeated = give_up is not None  # type: ignore[attr-defined]
                 raise
             except HolderUnreachable as err:
+                if method == "drain_messages":
+                    kwargs = {**kwargs, "repeated": True}
                 # Nobody answered: the holder is stopping, was killed, or is stuck.
                 # Find where the file is now (a successor, or here) and repeat the
                 # call there. Repeating is safe for what matters: the same answer
@@ -433,8 +436,14 @@ class RemoteStore:
         self.doorbell.ring(run_id)
         return message
 
-    async def drain_messages(self, run_id: str, node_id: str) -> Any:
-        return await self._call("drain_messages", run_id, node_id)
+    async def drain_messages(
+        self, run_id: str, node_id: str, *, token: str | None = None, repeated: bool = False
+    ) -> Any:
+        # a drain repeated after its holder died finds, by its token, what it took
+        await self._send_batch()
+        kwargs: dict[str, Any] = {"token": token or uuid.uuid4().hex, "repeated": repeated}
+        result, _ = await self._invoke("drain_messages", [run_id, node_id], kwargs)
+        return result
 
     async def export_run(self, run_id: str) -> Any:
         return await self._call("export_run", run_id)

@@ -28,9 +28,9 @@ campaign starts, the CLI included) that appends ``node:step pid`` to
 with the answers it could see. ``scripts/crash_campaign.py`` runs a longer,
 seeded campaign by hand.
 
-What the campaign found is listed in ``KNOWN``; each finding has a minimal
-reproduction at the end of this file, marked ``xfail(strict=True)`` until it is
-fixed (then remove the mark and the ``KNOWN`` entry together).
+What the campaign found has a minimal reproduction at the end of this file
+(each was fixed; ``KNOWN`` lists violations still tolerated while a fix is
+pending: none today).
 """
 
 from __future__ import annotations
@@ -303,12 +303,7 @@ HOLDER_POINTS = ("durable:2", "durable:4", "answered:1", "answered:3", "paused:1
 
 #: Violations already reported, each reproduced by a strict-xfail test below: the campaign
 #: tolerates them (and says so) until they are fixed. Remove an entry with its test's mark.
-KNOWN = {
-    "answer-lost-in-wal-replay": "test_an_acknowledged_answer_survives_kill_and_wal_replay",
-    "human-question-reasked": "test_a_human_question_recorded_just_before_a_kill_is_reused",
-    "answer-delivered-to-dead-execution": "test_answers_drained_by_a_killed_agent_reach_its_rerun",
-    "answer-lost-with-holder-reply": "test_a_drain_whose_reply_died_with_the_holder_is_not_lost",
-}
+KNOWN: dict[str, str] = {}
 #: Kinds of processes that may own (execute) the run.
 OWNERS = ("runner", "cli-resume", "cli-answer")
 
@@ -1005,11 +1000,6 @@ def _heard_last(workdir: Path, node: str) -> set[str]:
     return set(mine[-1]["seen"]) if mine else set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="human gate re-run after kill -9: add_interaction conflicts with the question the"
-    " dead owner recorded (runtime/nodes.py NodeRunner._human); the acked answer is never used",
-)
 def test_a_human_question_recorded_just_before_a_kill_is_reused(tmp_path: Path) -> None:
     flow = 'tool t1:\n  command: "echo t1 $PPID >> ran.txt"\n\nhuman approve:\n'
     flow += '  instructions: "Ship it?"\n\ntool t2:\n  command: "echo t2 $PPID >> ran.txt"\n\n'
@@ -1037,11 +1027,6 @@ def test_a_human_question_recorded_just_before_a_kill_is_reused(tmp_path: Path) 
     assert [i["id"] for i in final["interactions"]] == [question]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="answers drained by an agent execution that is then killed are never delivered to"
-    " its re-run (backends/claw/loop.py AgentLoop._post reuses the answered question silently)",
-)
 def test_answers_drained_by_a_killed_agent_reach_its_rerun(tmp_path: Path) -> None:
     flow, script = _asker_flow()
     procs = prepare(tmp_path, tmp_path / "w", flow, script)
@@ -1061,11 +1046,6 @@ def test_answers_drained_by_a_killed_agent_reach_its_rerun(tmp_path: Path) -> No
     assert f"ans-{question}" in _heard_last(procs.workdir, "asker")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a drain repeated after its holder died finds the messages already marked delivered"
-    " (store/remote.py RemoteStore.drain_messages is not idempotent): the answer is lost",
-)
 def test_a_drain_whose_reply_died_with_the_holder_is_not_lost(tmp_path: Path) -> None:
     flow, script = _asker_flow()
     procs = prepare(tmp_path, tmp_path / "w", flow, script)
@@ -1084,11 +1064,6 @@ def test_a_drain_whose_reply_died_with_the_holder_is_not_lost(tmp_path: Path) ->
     assert f"ans-{question}" in _heard_last(procs.workdir, "asker")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="minor: a pause repeated after its holder died records run_paused twice"
-    " (RemoteStore.settle_run repeats; settle_run with keep_lease=True is not idempotent)",
-)
 def test_a_pause_repeated_after_its_holder_died_is_recorded_once(tmp_path: Path) -> None:
     flow = 'human approve:\n  instructions: "Ship it?"\n\n'
     flow += "workflow w:\n  entry: approve\n  approve -> done\n"
@@ -1139,12 +1114,6 @@ WAL_STEPS = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DuckDB 2.0.1 WAL replay drops the VARCHAR columns of an UPDATE on a table with a"
-    " secondary index (interactions_by_run) when a row was inserted before it since the last"
-    " checkpoint: the answer reads answered, with answers and answered_by NULL",
-)
 async def test_an_acknowledged_answer_survives_kill_and_wal_replay(tmp_path: Path) -> None:
     db = tmp_path / "runs.duckdb"
     run = [sys.executable, "-c", WAL_STEPS, str(db)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -375,3 +376,40 @@ async def test_a_blocking_call_beside_another_still_pauses(harness_factory: Any)
     text = h.last_user_text("writer", 1)
     assert "question posted" in text and "yes" in text  # both calls' results, one turn later
     assert len(h.turns("writer")) == 2
+
+
+async def test_a_question_asked_again_after_a_restart_brings_its_answer(
+    harness_factory: Any,
+) -> None:
+    """A node re-run after its process died asks its question again: the answer comes back.
+
+    The dead execution may have taken the answer from the inbox already; the
+    re-run must not be left without it, nor get it twice.
+    """
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [{"name": "hold"}]},
+        {"tool_calls": [ask("Tone?")]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow(), run_id="again")
+    store = h.session.store
+    # what the dead execution left: its question (the id the re-run asks with), answered,
+    # the answer's message taken from the inbox
+    iid = "again-toolu_writer_0_1_0"
+    await wait_for(lambda: _started(run))
+    await store.add_interaction(
+        Interaction(iid, "again", "writer", "async", ("Tone?",), datetime.now(UTC))
+    )
+    await store.answer(iid, "formal", answered_by="ana")
+    assert [m.text[:40] for m in await store.drain_messages("again", "writer")] == [
+        f'[Answer to question {iid}] Q: "Tone'[:40]
+    ]
+    HOLD.set()
+    assert await run.wait(30) == "finished", run.error
+    told = h.last_user_text("writer", 2)
+    assert f"question {iid} was asked before and is answered: formal" in told
+    assert "[Answer to question" not in told  # not a second time through the inbox
+
+
+async def _started(run: RunHandle) -> bool:
+    return any(e.type == "tool_called" for e in await run.events())

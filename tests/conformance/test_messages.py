@@ -75,3 +75,18 @@ async def test_answer_and_queue_ring_the_doorbell(store: Store) -> None:
         await asyncio.sleep(0.2)
         ticket.consume()
         assert not await ticket.wait(timeout=0.05)
+
+
+async def test_a_drain_repeated_with_its_token_returns_what_it_took(store: Store) -> None:
+    """A drain whose reply was lost (its holder died) is repeated: the messages come back."""
+    await store.create_run(make_run())
+    await store.queue_message("r1", "writer", "one")
+    await store.queue_message("r1", "writer", "two")
+    first = await store.drain_messages("r1", "writer", token="t1")
+    assert [m.text for m in first] == ["one", "two"]
+    again = await store.drain_messages("r1", "writer", token="t1", repeated=True)
+    assert [m.text for m in again] == ["one", "two"]
+    await store.queue_message("r1", "writer", "three")
+    fresh = await store.drain_messages("r1", "writer", token="t2", repeated=True)
+    assert [m.text for m in fresh] == ["three"]  # nothing took t2 before: a real drain
+    assert await store.drain_messages("r1", "writer") == []

@@ -241,3 +241,22 @@ async def test_a_run_copies_whole_and_a_second_copy_changes_nothing(store: Store
     await live.create_run(make_run(status="running"), owner=owner())
     with pytest.raises(RunOwnedError):
         await live.import_run(newer)
+
+
+async def test_a_stop_repeated_after_its_reply_was_lost_is_recorded_once(store: Store) -> None:
+    me = owner()
+    await store.create_run(make_run(status="running"), owner=me)
+    for _ in range(2):  # the second time: the same stop, repeated after its holder died
+        parked = await store.settle_run(
+            "r1", me.id, status="paused_waiting_human", error=None, checkpoint={"at": "gate"},
+            event=("run_paused", {}), keep_lease=True,
+        )  # fmt: skip
+        assert parked.status == "paused_waiting_human"
+    await store.acquire_run("r1", me)
+    for _ in range(2):
+        done = await store.settle_run(
+            "r1", me.id, status="finished", error=None, checkpoint={"at": "end"},
+            event=("run_finished", {}),
+        )  # fmt: skip
+        assert done.status == "finished"
+    assert [e.type for e in await store.events("r1")] == ["run_paused", "run_finished"]

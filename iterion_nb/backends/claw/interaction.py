@@ -71,6 +71,7 @@ You can ask the person questions without stopping your work:
 - ask_user stops everything until the person answers: use it only as a last resort."""
 
 POSTED = "question posted (id {id}); the answer will arrive in your messages; keep working"
+ANSWERED = "question {id} was asked before and is answered: {answer}"
 IN_BRANCH = (
     "await_answers cannot pause the run from inside a parallel branch; keep working, or"
     " let the workflow's await_answers node wait for the answers"

@@ -128,6 +128,8 @@ class AgentLoop:
         self.tool_context = ToolContext(Path(request.workdir), node.readonly)
         self._ticket: Ticket | None = None
         self._looked = 0.0
+        #: Questions whose answer a tool result already carried (not delivered again).
+        self._answered_inline: set[str] = set()
 
     # -- the conversation ----------------------------------------------------
     def system_prompt(self) -> str:
@@ -270,9 +272,10 @@ class AgentLoop:
         self._looked = now
         messages = await self.ctx.store.drain_messages(self.ctx.run_id, self.ctx.node_id)
         blocks = []
+        known = (skip or set()) | self._answered_inline
         for message in messages:
-            if skip and any(message.text.startswith(f"[Answer to question {i}]") for i in skip):
-                continue  # already in the await_answers result
+            if known and any(message.text.startswith(f"[Answer to question {i}]") for i in known):
+                continue  # already in a tool result (await_answers, a repeated question)
             blocks.append(_text(message.text))
         if blocks:
             await self.ctx.emit("inbox_delivered", {"messages": len(blocks)})
@@ -328,6 +331,12 @@ class AgentLoop:
             await self.ctx.emit("tool_error", {"tool": call["name"], "error": str(err)})
             return _result(call["id"], str(err), True)
         record = await self._post(record)
+        if not record.pending:
+            # asked again by a node re-run after a crash, and answered meanwhile (maybe
+            # delivered to the dead run): the answer comes with the call, not twice
+            self._answered_inline.add(record.id)
+            answer = answer_text(record.answers)
+            return _result(call["id"], it_tools.ANSWERED.format(id=record.id, answer=answer))
         return _result(call["id"], it_tools.POSTED.format(id=record.id))
 
     async def _post(self, record: Interaction, **extra: Any) -> Interaction:
