@@ -29,7 +29,7 @@ schema out:
 
 agent writer:
   model: "scripted"
-  tools: [shout]
+  tools: [louder]
   interaction: async
   output: out
 
@@ -48,7 +48,7 @@ workflow w:
 
 
 @it.tool
-def shout(text: str) -> str:
+def louder(text: str) -> str:
     """Say it louder."""
     return text.upper()
 
@@ -130,7 +130,7 @@ async def test_a_click_is_answered_by_the_jupyter_user_where_known(
 
 async def test_a_node_s_details_follow_it_live(session: Session) -> None:
     sc = {"nodes": {"writer": [
-        {"text": "Let me shout.", "tool_calls": [{"name": "shout", "input": {"text": "hi"}}],
+        {"text": "Louder.", "tool_calls": [{"name": "louder", "input": {"text": "hi"}}],
          "tokens": {"in": 100, "out": 20}, "cost_usd": 0.01},
         {"tool_calls": [{"name": "ask_user_async", "input": {"question": "Tone?"}}],
          "tokens": {"in": 50, "out": 5}, "cost_usd": 0.002},
@@ -144,8 +144,8 @@ async def test_a_node_s_details_follow_it_live(session: Session) -> None:
     assert d["node"] == "writer" and d["kind"] == "agent"
     assert len(d["turns"]) == 3 and all(t["request"] and t["reply"] for t in d["turns"])
     assert d["turns"][0]["reply"]["tokens_in"] == 100
-    assert d["turns"][0]["reply"]["tool_calls"] == ["shout"]
-    assert [(c["tool"], c["input"]) for c in d["tools"]] == [("shout", {"text": "hi"})]
+    assert d["turns"][0]["reply"]["tool_calls"] == ["louder"]
+    assert [(c["tool"], c["input"]) for c in d["tools"]] == [("louder", {"text": "hi"})]
     assert d["output"] == {"text": "HI"}
     assert [q["questions"] for q in d["questions"]] == [["Tone?"]]
     assert len(d["visits"]) == 1 and d["visits"][0]["seconds"] >= 0
