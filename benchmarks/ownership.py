@@ -42,7 +42,7 @@ are noisy. Printed, each with its goal, then a summary of all six:
 
 How times are taken (all ``time.time()``, so processes compare). *Commit*: on
 the store's worker thread the moment the answer's transaction committed (a
-hook on the store's ``_count_message``, which makes the queued message
+hook on the store's ``mirror.queued``, which makes the queued message
 visible to drains; in section 6 the holder process stamps it). *Next turn*:
 the scripted model is called with a conversation containing the answer.
 *Gate passes*: the ``await_answers`` executor returned its output (woken,
@@ -119,7 +119,7 @@ class Summary:
 
 def stamp_commits(store: Any, committed: dict[str, float]) -> None:
     """Record when each answer's transaction commits (on the store's worker thread)."""
-    original = store._count_message
+    original = store.mirror.queued
 
     def stamped(message: Any) -> None:
         original(message)
@@ -127,7 +127,7 @@ def stamp_commits(store: Any, committed: dict[str, float]) -> None:
         if found:
             committed[found.group(1)] = time.time()
 
-    store._count_message = stamped
+    store.mirror.queued = stamped
 
 
 # -- 1. answer -> the agent's next turn ----------------------------------------------
@@ -563,13 +563,13 @@ async def main():
     store = open_served_store(sys.argv[1])
     await store.list_runs()
     stamps = open(sys.argv[2], "a", buffering=1)
-    original = store._count_message
+    original = store.mirror.queued
     def stamped(message):
         original(message)
         found = ANSWER.match(message.text)
         if found:
             stamps.write(f"{found.group(1)} {time.time()}\\n")
-    store._count_message = stamped  # answers commit here: stamp them
+    store.mirror.queued = stamped  # answers commit here: stamp them
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.read)  # until the benchmark closes it, or dies
 

@@ -26,6 +26,11 @@ from types import TracebackType
 ANY = "*"
 
 
+def node_key(run_id: str, node_id: str) -> str:
+    """The key of one node of a run: ringing it wakes the node's waiters and the run's."""
+    return f"{run_id}/{node_id}"
+
+
 class Ticket:
     """One armed waiter. Use as a context manager so it is always disarmed."""
 
@@ -141,10 +146,16 @@ class Doorbell:
     def ring(self, key: str) -> None:
         """Wake the waiters of ``key`` and those armed on ANY (ANY wakes every waiter).
 
-        Any thread may ring.
+        A key ``RUN/NODE`` (see :func:`node_key`) also wakes the waiters of
+        ``RUN``: a waiter arms on what concerns it (a gate on the node whose
+        questions it waits for), and a ring of one node wakes nobody else's
+        node waiters. Any thread may ring.
         """
         with self._lock:
             keys = {key, ANY}
+            run, sep, _ = key.partition("/")
+            if sep:
+                keys.add(run)
             if key == ANY:  # something may have changed anywhere: everyone re-checks
                 keys |= set(self._counts) | set(self._tickets)
             woken: list[Ticket] = []

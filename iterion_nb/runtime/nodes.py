@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from iterion_nb.errors import ConflictError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.ir.evaluate import ExpressionError, evaluate
+from iterion_nb.runtime.doorbell import node_key
 from iterion_nb.runtime.ports import Backend, BackendRequest, BackendResult, Store
 from iterion_nb.runtime.records import Interaction, answer_text, utcnow
 from iterion_nb.runtime.scope import RenderError, Scope
@@ -294,8 +295,11 @@ class NodeRunner:
         """Level-triggered wait: armed on the doorbell before every check."""
         deadline = time.monotonic() + node.timeout_seconds
         bell = self.store.doorbell  # type: ignore[attr-defined]
+        run = self.engine.run_id
+        # woken by answers to the questions it waits for, not by every answer of the run
+        key = node_key(run, node.from_node) if node.from_node else run
         while True:
-            with bell.arm(self.engine.run_id) as ticket:  # armed first: no ring is lost
+            with bell.arm(key) as ticket:  # armed first: no ring is lost
                 pending = await self._unanswered(node)
                 if not pending:
                     return

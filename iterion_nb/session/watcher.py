@@ -88,7 +88,7 @@ class RunWatcher(distributed.WorkerPlugin):
         assert self._stop is not None
         while not self._stop.is_set():
             with bell.arm() as ticket:
-                keys = set(rung)
+                keys = {key.partition("/")[0] for key in rung}  # a node's ring: its run
                 rung.clear()
                 try:
                     if loop.time() - last_scan >= self.scan_interval:

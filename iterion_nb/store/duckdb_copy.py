@@ -9,7 +9,6 @@ either as it was or as the source has it.
 from __future__ import annotations
 
 import json
-import threading
 from datetime import UTC
 from typing import Any
 
@@ -21,6 +20,7 @@ from iterion_nb.runtime.records import (
     RunBundle,
     encode_json,
 )
+from iterion_nb.store.duckdb_mirror import Mirror
 from iterion_nb.store.duckdb_rows import (
     INTERACTION_COLUMNS,
     MESSAGE_COLUMNS,
@@ -38,9 +38,7 @@ _RUN_TABLES = ("events", "artifacts", "interactions", "messages")
 class RunCopies(RunTables):
     """Export and import of whole runs."""
 
-    _pending_lock: threading.Lock
-    _pending: dict[str, Interaction]
-    _undelivered: dict[tuple[str, str], int]
+    mirror: Mirror
 
     def _bundle(self, run_id: str) -> RunBundle:
         """On the worker: the run and everything it recorded."""
@@ -151,16 +149,7 @@ class RunCopies(RunTables):
     def _mirror(self, bundle: RunBundle) -> None:
         """After the commit: what this process keeps in memory about the run."""
         run_id = bundle.run.id
-        with self._pending_lock:
-            for iid in [i for i, q in self._pending.items() if q.run_id == run_id]:
-                del self._pending[iid]
-            self._pending.update({i.id: i for i in bundle.interactions if i.pending})
-            for key in [k for k in self._undelivered if k[0] == run_id]:
-                del self._undelivered[key]
-            for m in bundle.messages:
-                if m.delivered_at is None:
-                    key = (run_id, m.node_id)
-                    self._undelivered[key] = self._undelivered.get(key, 0) + 1
+        self.mirror.replace_run(run_id, bundle.interactions, bundle.messages)
         with self._seq_lock:
             self._next_seq[run_id] = max((e.seq for e in bundle.events), default=0) + 1
         self._known_runs.add(run_id)

@@ -39,7 +39,7 @@ from iterion_nb.errors import (
     StoreFileError,
     StoreLockedError,
 )
-from iterion_nb.runtime.doorbell import Doorbell
+from iterion_nb.runtime.doorbell import Doorbell, node_key
 from iterion_nb.runtime.records import (
     AnswerResult,
     Artifact,
@@ -55,6 +55,7 @@ from iterion_nb.runtime.records import (
 )
 from iterion_nb.store.duckdb_base import SEP
 from iterion_nb.store.duckdb_copy import RunCopies
+from iterion_nb.store.duckdb_mirror import Mirror
 from iterion_nb.store.duckdb_rows import (
     INTERACTION_COLUMNS,
     MESSAGE_COLUMNS,
@@ -195,14 +196,13 @@ def open_duckdb_store(
         store = DuckDBStore(
             target, con, doorbell or Doorbell(), clock, new_id, flush_rows, flush_interval
         )
-        store._pending = {i.id: i for i in pending}
-        store._undelivered = {
-            (run_id, node_id): count
-            for run_id, node_id, count in con.execute(
-                "SELECT run_id, node_id, count(*) FROM messages WHERE delivered_at IS NULL"
-                " GROUP BY run_id, node_id"
+        undelivered = [
+            message_from_row(row)
+            for row in con.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE delivered_at IS NULL ORDER BY n"
             ).fetchall()
-        }
+        ]
+        store.mirror.load(pending, undelivered)
         _open_stores[target] = store
         return store
 
@@ -223,14 +223,10 @@ class DuckDBStore(RunCopies):
         super().__init__(path, con, doorbell, clock, new_id, flush_rows, flush_interval)
         self._users = 1
         self._closers: list[Callable[[], None]] = []
-        # This process holds the file, so it alone adds and answers questions:
-        # the pending ones are mirrored in memory (loaded at open, updated after
-        # each commit) and listing them never touches the database.
-        self._pending_lock = threading.Lock()
-        self._pending: dict[str, Interaction] = {}
-        # Likewise the number of undelivered messages per (run, node), so a
-        # drain with nothing to deliver (most turns) costs no transaction.
-        self._undelivered: dict[tuple[str, str], int] = {}
+        # This process holds the file, so it alone adds and answers questions and
+        # queues and drains messages: what is asked most often is answered from
+        # memory, never waiting behind commits on the worker (see duckdb_mirror).
+        self.mirror = Mirror()
 
     # -- events ----------------------------------------------------------
     async def append_event(
@@ -351,13 +347,11 @@ class DuckDBStore(RunCopies):
 
         def job() -> Interaction:
             stored = self._transaction(body)
-            if stored.pending:
-                with self._pending_lock:
-                    self._pending[stored.id] = stored
+            self.mirror.stored(stored)
             return stored
 
         stored = await self._call(job)
-        self.doorbell.ring(i.run_id)
+        self.doorbell.ring(node_key(i.run_id, i.node_id))
         return stored
 
     def _fetch_interaction(self, interaction_id: str) -> Interaction:
@@ -369,6 +363,9 @@ class DuckDBStore(RunCopies):
         return interaction_from_row(row)
 
     async def get_interaction(self, interaction_id: str) -> Interaction:
+        known = self.mirror.get(interaction_id)
+        if known is not None and not self.closed:
+            return known
         return await self._call(lambda: self._fetch_interaction(interaction_id))
 
     async def pending_interactions(
@@ -380,17 +377,13 @@ class DuckDBStore(RunCopies):
     ) -> list[Interaction]:
         if self.closed:
             raise StoreError(f"the run store {self.path} is closed")
-        with self._pending_lock:
-            found = [
-                i
-                for i in self._pending.values()
-                if (run_id is None or i.run_id == run_id)
-                and (node_id is None or i.node_id == node_id)
-                and (kind is None or i.kind == kind)
-            ]
-        return sorted(found, key=lambda i: i.requested_at)
+        return self.mirror.pending(run_id, node_id, kind)
 
     async def interactions(self, run_id: str) -> list[Interaction]:
+        known = self.mirror.of_run(run_id)
+        if known is not None and not self.closed:
+            return known
+
         def body() -> list[Interaction]:
             self._require_run(run_id)
             rows = self._con.execute(
@@ -398,7 +391,9 @@ class DuckDBStore(RunCopies):
                 " ORDER BY requested_at, n",
                 [run_id],
             ).fetchall()
-            return [interaction_from_row(r) for r in rows]
+            found = [interaction_from_row(r) for r in rows]
+            self.mirror.keep_run(run_id, found)  # on the worker: no commit can slip between
+            return found
 
         return await self._call(body)
 
@@ -431,31 +426,25 @@ class DuckDBStore(RunCopies):
         def job() -> AnswerResult:
             # On the worker, so answers are decided one at a time: the first
             # takes the question out of the pending set, later ones find it gone.
-            with self._pending_lock:
-                current = self._pending.pop(interaction_id, None)
+            current = self.mirror.take_pending(interaction_id)
             if current is None:  # answered already, or unknown: the file says which
                 known = self._fetch_interaction(interaction_id)
                 raise AlreadyAnsweredError(interaction_id, known.answers)
             try:
                 result = self._transaction(lambda: body(current))
             except BaseException:
-                with self._pending_lock:
-                    self._pending[interaction_id] = current
+                self.mirror.give_back(current)
                 raise
+            self.mirror.stored(result.interaction)
             if result.message is not None:
-                self._count_message(result.message)
+                self.mirror.queued(result.message)
             return result
 
         result = await self._call(job)
-        self.doorbell.ring(result.interaction.run_id)
+        self.doorbell.ring(node_key(result.interaction.run_id, result.interaction.node_id))
         return result
 
     # -- messages --------------------------------------------------------
-    def _count_message(self, message: QueuedMessage) -> None:
-        """After a commit: one more undelivered message for its node."""
-        key = (message.run_id, message.node_id)
-        with self._pending_lock:
-            self._undelivered[key] = self._undelivered.get(key, 0) + 1
 
     def _insert_message(self, run_id: str, node_id: str, text: str, now: datetime) -> QueuedMessage:
         message = QueuedMessage(self._new_id(), run_id, node_id, text, now)
@@ -474,41 +463,42 @@ class DuckDBStore(RunCopies):
 
         def job() -> QueuedMessage:
             message = self._transaction(body)
-            self._count_message(message)
+            self.mirror.queued(message)
             return message
 
         message = await self._call(job)
-        self.doorbell.ring(run_id)
+        self.doorbell.ring(node_key(run_id, node_id))
         return message
 
     async def drain_messages(
         self, run_id: str, node_id: str, *, token: str | None = None, repeated: bool = False
     ) -> list[QueuedMessage]:
-        key = (run_id, node_id)
+        if self.closed:
+            raise StoreError(f"the run store {self.path} is closed")
         if repeated and token:
             taken = await self._call(lambda: self._drained_by(token))
             if taken:
                 return taken  # the first attempt landed; its reply was lost
-        with self._pending_lock:
-            if not self._undelivered.get(key):
-                return []  # the common case at every turn: nothing to write
+        waiting = self.mirror.take(run_id, node_id)
+        if not waiting:
+            return []  # the common case at every turn: nothing to write
+        # Handed out now, from memory (each once); marked delivered in the file by
+        # the worker in order, not awaited. After a crash before that write lands
+        # the messages are delivered again: the conversation that saw them is lost.
         now = self._clock()
+        delivered = [replace(m, delivered_at=now) for m in waiting]
+        ids = [m.id for m in waiting]
+        self._worker.submit(lambda: self._mark_delivered(ids, now, token))
+        return delivered
 
-        def body() -> list[QueuedMessage]:
-            rows = self._con.execute(
-                f"UPDATE messages SET delivered_at = ?, drain_token = ? WHERE run_id = ?"
-                f" AND node_id = ? AND delivered_at IS NULL RETURNING n, {MESSAGE_COLUMNS}",
-                [to_db(now), token, run_id, node_id],
-            ).fetchall()
-            return [message_from_row(r[1:]) for r in sorted(rows)]
-
-        def job() -> list[QueuedMessage]:
-            drained = self._transaction(body)
-            with self._pending_lock:
-                self._undelivered.pop(key, None)
-            return drained
-
-        return await self._call(job)
+    def _mark_delivered(self, ids: list[str], now: datetime, token: str | None) -> None:
+        """On the worker: record a drain in the file."""
+        marks = ", ".join("?" for _ in ids)
+        self._con.execute(
+            f"UPDATE messages SET delivered_at = ?, drain_token = ? WHERE id IN ({marks})"
+            " AND delivered_at IS NULL",
+            [to_db(now), token, *ids],
+        )
 
     def _drained_by(self, token: str) -> list[QueuedMessage]:
         """On the worker: the messages the drain marked with ``token`` took."""

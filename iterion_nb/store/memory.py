@@ -20,7 +20,7 @@ from iterion_nb.errors import (
     NotFoundError,
     StoreError,
 )
-from iterion_nb.runtime.doorbell import Doorbell
+from iterion_nb.runtime.doorbell import Doorbell, node_key
 from iterion_nb.runtime.ownership import (
     Claimant,
     check_acquire,
@@ -307,7 +307,7 @@ class MemoryStore:
             if interaction.id in self._interactions:
                 raise ConflictError(f"interaction '{interaction.id}' already exists")
             self._interactions[interaction.id] = interaction
-        self.doorbell.ring(interaction.run_id)
+        self.doorbell.ring(node_key(interaction.run_id, interaction.node_id))
         return interaction
 
     async def get_interaction(self, interaction_id: str) -> Interaction:
@@ -367,7 +367,7 @@ class MemoryStore:
                 answered.run_id, "interaction_answered", answered_event(answered),
                 answered.node_id, answered.branch_id,
             )  # fmt: skip
-        self.doorbell.ring(answered.run_id)
+        self.doorbell.ring(node_key(answered.run_id, answered.node_id))
         return AnswerResult(answered, message)
 
     # -- messages --------------------------------------------------------
@@ -376,7 +376,7 @@ class MemoryStore:
             self._run(run_id)
             message = QueuedMessage(self._new_id(), run_id, node_id, text, self._clock())
             self._messages.append(message)
-        self.doorbell.ring(run_id)
+        self.doorbell.ring(node_key(run_id, node_id))
         return message
 
     async def drain_messages(

@@ -34,7 +34,7 @@ import psycopg_pool
 from psycopg import sql
 
 from iterion_nb.errors import AlreadyAnsweredError, ConflictError, NotFoundError, StoreError
-from iterion_nb.runtime.doorbell import Doorbell
+from iterion_nb.runtime.doorbell import Doorbell, node_key
 from iterion_nb.runtime.records import (
     AnswerResult,
     Artifact,
@@ -276,11 +276,11 @@ class PostgresStore(PgCopies):
             row = await cur.fetchone()
             if row is None:
                 raise ConflictError(f"interaction '{i.id}' already exists")
-            await self._notify(conn, i.run_id)
+            await self._notify(conn, node_key(i.run_id, i.node_id))
             return interaction_from_row(row)
 
         stored = await self._call(lambda: self._transact(body))
-        self.doorbell.ring(i.run_id)
+        self.doorbell.ring(node_key(i.run_id, i.node_id))
         return stored
 
     async def get_interaction(self, interaction_id: str) -> Interaction:
@@ -365,11 +365,11 @@ class PostgresStore(PgCopies):
                 conn, answered.run_id, "interaction_answered", answered_event(answered), now,
                 answered.node_id, answered.branch_id,
             )  # fmt: skip
-            await self._notify(conn, answered.run_id)
+            await self._notify(conn, node_key(answered.run_id, answered.node_id))
             return AnswerResult(answered, message)
 
         result = await self._call(lambda: self._transact(body))
-        self.doorbell.ring(result.interaction.run_id)
+        self.doorbell.ring(node_key(result.interaction.run_id, result.interaction.node_id))
         return result
 
     # -- messages --------------------------------------------------------
@@ -389,11 +389,11 @@ class PostgresStore(PgCopies):
         async def body(conn: Conn) -> QueuedMessage:
             await self._require_run(conn, run_id)
             message = await self._insert_message(conn, run_id, node_id, text, await self._now(conn))
-            await self._notify(conn, run_id)
+            await self._notify(conn, node_key(run_id, node_id))
             return message
 
         message = await self._call(lambda: self._transact(body))
-        self.doorbell.ring(run_id)
+        self.doorbell.ring(node_key(run_id, node_id))
         return message
 
     async def drain_messages(

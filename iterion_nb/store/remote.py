@@ -40,13 +40,14 @@ from iterion_nb.errors import (
     StoreError,
     StoreLockedError,
 )
-from iterion_nb.runtime.doorbell import ANY, Doorbell
+from iterion_nb.runtime.doorbell import ANY, Doorbell, node_key
 from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.ports import UNSET, Store
 from iterion_nb.runtime.records import (
     RESUMABLE,
     AnswerResult,
     Interaction,
+    InteractionKind,
     Run,
     check_answer,
     encode_json,
@@ -134,6 +135,7 @@ class RemoteStore:
         self._lock = threading.Lock()
         self._batch = _Batch()
         self._rings: RingListener | None = None
+        self._pending_reads: dict[str, tuple[tuple[int, Any], asyncio.Future[Any]]] = {}
         self.closed = False
 
     @property
@@ -399,14 +401,34 @@ class RemoteStore:
 
     async def add_interaction(self, interaction: Interaction) -> Any:
         stored = await self._add("add_interaction", interaction, "get_interaction")
-        self.doorbell.ring(interaction.run_id)
+        self.doorbell.ring(node_key(interaction.run_id, interaction.node_id))
         return stored
 
     async def get_interaction(self, interaction_id: str) -> Any:
         return await self._call("get_interaction", interaction_id)
 
-    async def pending_interactions(self, run_id: str | None = None, **kwargs: Any) -> Any:
-        return await self._call("pending_interactions", run_id, **kwargs)
+    async def pending_interactions(
+        self,
+        run_id: str | None = None,
+        *,
+        node_id: str | None = None,
+        kind: InteractionKind | None = None,
+    ) -> Any:
+        # Many waiters re-check one run when a ring wakes them (every parked gate of a
+        # fan-out): those that ask while a request for it is on its way, with no ring
+        # since it left, share it.
+        key = run_id if run_id is not None else ANY
+        seen = (self.doorbell.count(key), asyncio.get_running_loop())
+        with self._lock:
+            shared = self._pending_reads.get(key)
+            if shared is None or shared[0] != seen or shared[1].done():
+                read = asyncio.ensure_future(self._call("pending_interactions", run_id))
+                shared = self._pending_reads[key] = (seen, read)
+        found: list[Interaction] = await asyncio.shield(shared[1])
+        return [
+            i for i in found
+            if (node_id is None or i.node_id == node_id) and (kind is None or i.kind == kind)
+        ]  # fmt: skip
 
     async def interactions(self, run_id: str) -> Any:
         return await self._call("interactions", run_id)
@@ -428,12 +450,12 @@ class RemoteStore:
             # our own answer, committed by a holder that died before replying and
             # retried here: the same answer twice is one delivery
             result = AnswerResult(recorded, None)
-        self.doorbell.ring(result.interaction.run_id)
+        self.doorbell.ring(node_key(result.interaction.run_id, result.interaction.node_id))
         return result
 
     async def queue_message(self, run_id: str, node_id: str, text: str) -> Any:
         message = await self._call("queue_message", run_id, node_id, text)
-        self.doorbell.ring(run_id)
+        self.doorbell.ring(node_key(run_id, node_id))
         return message
 
     async def drain_messages(

@@ -38,7 +38,7 @@ from iterion_nb.backends.providers.base import (
 from iterion_nb.backends.tools import Tool, ToolContext, ToolError, resolve_tools
 from iterion_nb.errors import AlreadyAnsweredError, ConflictError, NodeError, PauseRun
 from iterion_nb.ir import model as m
-from iterion_nb.runtime.doorbell import Ticket
+from iterion_nb.runtime.doorbell import Ticket, node_key
 from iterion_nb.runtime.ports import BackendRequest, BackendResult, NodeContext
 from iterion_nb.runtime.records import Interaction, answer_text, utcnow
 from iterion_nb.runtime.values import check_record
@@ -90,9 +90,13 @@ async def reported_turn(
     ctx: NodeContext,
     request: ProviderRequest,
     complete: Callable[[ProviderRequest], Awaitable[ProviderResponse]],
+    turn: int = 0,
 ) -> ProviderResponse:
-    """One model turn with its ``llm_request`` / ``llm_step_finished`` events and its cost."""
-    turn = sum(m["role"] == "assistant" for m in request.messages)
+    """One model turn with its ``llm_request`` / ``llm_step_finished`` events and its cost.
+
+    ``turn`` counts the model's replies before this one (the caller keeps the
+    count: recounting a long conversation at every turn is quadratic).
+    """
     await ctx.emit("llm_request", {"model": request.model, "turn": turn})
     response = await complete(request)
     ctx.charge(response.tokens_in + response.tokens_out, response.cost_usd)
@@ -130,6 +134,7 @@ class AgentLoop:
         self._looked = 0.0
         #: Questions whose answer a tool result already carried (not delivered again).
         self._answered_inline: set[str] = set()
+        self._replies = 0  # the model's replies so far in this conversation
 
     # -- the conversation ----------------------------------------------------
     def system_prompt(self) -> str:
@@ -151,7 +156,7 @@ class AgentLoop:
         bell = getattr(self.ctx.store, "doorbell", None)
         if bell is None:
             return await self._converse()
-        with bell.arm(self.ctx.run_id) as ticket:
+        with bell.arm(node_key(self.ctx.run_id, self.ctx.node_id)) as ticket:
             self._ticket = ticket
             try:
                 return await self._converse()
@@ -160,6 +165,7 @@ class AgentLoop:
 
     async def _converse(self) -> BackendResult:
         messages = await self._start()
+        self._replies = sum(m["role"] == "assistant" for m in messages)  # once, not per turn
         steps = 0
         repaired = False
         while True:
@@ -231,7 +237,8 @@ class AgentLoop:
             visit=self.request.visit,
             max_tokens=self.node.max_tokens or 4096,
         )
-        return await reported_turn(self.ctx, request, self._complete)
+        turn, self._replies = self._replies, self._replies + 1
+        return await reported_turn(self.ctx, request, self._complete, turn)
 
     async def _complete(self, request: ProviderRequest) -> ProviderResponse:
         attempt = 0

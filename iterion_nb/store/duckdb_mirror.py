@@ -1,0 +1,121 @@
+"""What the DuckDB store keeps in memory: questions and undelivered messages.
+
+The process that holds the file alone adds and answers questions and queues
+and drains messages, so it can answer the frequent questions — which
+questions are pending, what did this run ask, is there anything for this
+agent — without a trip to the database worker, where they would queue behind
+commits. The mirror is loaded when the file is opened and updated right
+after each commit (and, for a drain, before its write reaches the file).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from iterion_nb.runtime.records import Interaction, InteractionKind, QueuedMessage
+
+
+class Mirror:
+    """Pending questions, the questions of the runs read so far, undelivered messages."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._pending: dict[str, Interaction] = {}
+        self._by_run: dict[str, dict[str, Interaction]] = {}
+        self._inbox: dict[tuple[str, str], list[QueuedMessage]] = {}
+
+    def load(self, pending: Iterable[Interaction], undelivered: Iterable[QueuedMessage]) -> None:
+        """At open: what the file holds."""
+        with self.lock:
+            self._pending = {i.id: i for i in pending}
+            for message in undelivered:
+                self._inbox.setdefault((message.run_id, message.node_id), []).append(message)
+
+    # -- questions -----------------------------------------------------------------
+    def pending(
+        self, run_id: str | None, node_id: str | None, kind: InteractionKind | None
+    ) -> list[Interaction]:
+        """Unanswered questions matching the filters, oldest first."""
+        with self.lock:
+            found = [
+                i
+                for i in self._pending.values()
+                if (run_id is None or i.run_id == run_id)
+                and (node_id is None or i.node_id == node_id)
+                and (kind is None or i.kind == kind)
+            ]
+        return sorted(found, key=lambda i: i.requested_at)
+
+    def get(self, interaction_id: str) -> Interaction | None:
+        """A question this process knows, if it does."""
+        with self.lock:
+            found = self._pending.get(interaction_id)
+            if found is not None:
+                return found
+            for questions in self._by_run.values():
+                if interaction_id in questions:
+                    return questions[interaction_id]
+        return None
+
+    def of_run(self, run_id: str) -> list[Interaction] | None:
+        """Every question of a run read before (None: not read yet), oldest first."""
+        with self.lock:
+            questions = self._by_run.get(run_id)
+            found = None if questions is None else list(questions.values())
+        return None if found is None else sorted(found, key=lambda i: i.requested_at)
+
+    def keep_run(self, run_id: str, questions: list[Interaction]) -> None:
+        """The questions of a run, as just read from the file (in file order)."""
+        with self.lock:
+            self._by_run.setdefault(run_id, {i.id: i for i in questions})
+
+    def stored(self, interaction: Interaction) -> None:
+        """After a commit: a question was added or answered."""
+        with self.lock:
+            if interaction.pending:
+                self._pending[interaction.id] = interaction
+            else:
+                self._pending.pop(interaction.id, None)
+            questions = self._by_run.get(interaction.run_id)
+            if questions is not None:
+                questions[interaction.id] = interaction
+
+    def take_pending(self, interaction_id: str) -> Interaction | None:
+        """Claim a question to answer it (the first answer takes it; later ones find it gone)."""
+        with self.lock:
+            return self._pending.pop(interaction_id, None)
+
+    def give_back(self, interaction: Interaction) -> None:
+        """An answer that failed to commit: the question is pending again."""
+        with self.lock:
+            self._pending[interaction.id] = interaction
+
+    # -- messages ----------------------------------------------------------------------
+    def queued(self, message: QueuedMessage) -> None:
+        """After a commit: one more message for its node."""
+        with self.lock:
+            self._inbox.setdefault((message.run_id, message.node_id), []).append(message)
+
+    def take(self, run_id: str, node_id: str) -> list[QueuedMessage]:
+        """The node's undelivered messages, each handed out once."""
+        with self.lock:
+            return self._inbox.pop((run_id, node_id), [])
+
+    # -- a run replaced by a copy --------------------------------------------------------
+    def replace_run(
+        self, run_id: str, questions: Iterable[Interaction], messages: Iterable[QueuedMessage]
+    ) -> None:
+        """A run was replaced in the file (``store copy``): mirror what it holds now."""
+        with self.lock:
+            for iid in [i for i, q in self._pending.items() if q.run_id == run_id]:
+                del self._pending[iid]
+            self._by_run.pop(run_id, None)
+            for key in [k for k in self._inbox if k[0] == run_id]:
+                del self._inbox[key]
+            for question in questions:
+                if question.pending:
+                    self._pending[question.id] = question
+            for message in messages:
+                if message.delivered_at is None:
+                    self._inbox.setdefault((run_id, message.node_id), []).append(message)
