@@ -156,7 +156,8 @@ async def test_a_node_s_details_follow_it_live(session: Session) -> None:
     # another node: its details replace the first's, and change while it waits
     widget.selected = "gate"
     await until(lambda: widget.details.get("node") == "gate")
-    assert widget.details["text"] == "waiting for 1 of 1 answer"
+    await until(lambda: widget.details["text"] == "waiting for 1 of 1 answer")  # once it starts
+    assert widget.details["state"] == "waiting"
     (question,) = await run.pending_questions()
     await run.answer(question.id, "formal")
     await until(lambda: widget.details.get("state") == "finished")

@@ -319,3 +319,42 @@ async def test_a_failing_run_task_is_recorded_and_shown(
     assert "RuntimeError: engine bug" in live.widget.error
     assert "Traceback" in live.widget.error
     live.widget.close()
+
+
+def test_a_large_graph_stays_legible_and_is_laid_out_fast() -> None:
+    """300 nodes of fan-outs, joins and a loop: no box overlaps another, edges run down."""
+    import time
+
+    width, depth = 6, 50
+    lines = ["router r0:\n  mode: fan_out_all\n"]
+    edges = []
+    for d in range(depth):
+        for w in range(width):
+            lines.append(f'agent n{d}_{w}:\n  model: "scripted"\n')
+            edges.append(f"  r{d} -> n{d}_{w}")
+            edges.append(f"  n{d}_{w} -> j{d}")
+        lines.append(f'agent j{d}:\n  model: "scripted"\n  await: wait_all\n')
+        if d + 1 < depth:
+            lines.append(f"router r{d + 1}:\n  mode: fan_out_all\n")
+            edges.append(f"  j{d} -> r{d + 1}")
+    edges += [f'  j{depth - 1} -> r0 when "false" as again(2)', f"  j{depth - 1} -> done"]
+    source = "\n".join(lines) + "\nworkflow big:\n  entry: r0\n" + "\n".join(edges) + "\n"
+    wf = it.compile(source)
+    started = time.perf_counter()
+    layout = graph_layout(wf)
+    took = time.perf_counter() - started
+    assert took < 1.0, took
+    boxes = layout["nodes"]
+    assert len(boxes) == len(wf.nodes) + 1  # and `done`
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            apart = (a["x"] + a["w"] <= b["x"] or b["x"] + b["w"] <= a["x"]
+                     or a["y"] + a["h"] <= b["y"] or b["y"] + b["h"] <= a["y"])  # fmt: skip
+            assert apart, (a["id"], b["id"])
+    for edge in layout["edges"]:
+        ys = [y for _, y in edge["points"]]
+        if edge["back"]:
+            assert edge["loop"] == "again" and ys[-1] < ys[0]  # the loop goes back up
+        else:
+            assert ys == sorted(ys)  # everything else runs down
+    assert all(b["x"] >= 0 and b["x"] + b["w"] <= layout["width"] for b in boxes)
