@@ -139,7 +139,7 @@ class NodeRunner:
         f.resume = None
         output = result.output
         if node.output is None and isinstance(output, str):
-            output = {"text": output}
+            output = _object_or_text(output)
         return self.checked(node, output, node.output)
 
     # -- human gates -------------------------------------------------------
@@ -321,6 +321,22 @@ class NodeRunner:
             if r.kind == "async" and not r.pending
             and (node.from_node is None or r.node_id == node.from_node)
         ]  # fmt: skip
+
+
+def _object_or_text(text: str) -> Any:
+    """A schema-less agent's final answer: the JSON object it wrote, else ``{"text": ...}``.
+
+    (Wrapping a JSON object as text would encode it twice.)
+    """
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            parsed = json.loads(stripped)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+    return {"text": text}
 
 
 async def _run_shell(

@@ -98,6 +98,11 @@ class RunHandle:
         pending = await self.session.store.pending_interactions(self.id)
         return [i for i in pending if i.kind != "await"]
 
+    async def questions(self) -> list[Interaction]:
+        """Every question of the run, answered or not, oldest first (answers and who gave them)."""
+        found = await self.session.store.interactions(self.id)
+        return [i for i in found if i.kind != "await"]
+
     async def next_question(self, timeout: float | None = None) -> Interaction | None:
         """The first pending question, waiting up to ``timeout`` for one to be asked."""
         store = self.session.store

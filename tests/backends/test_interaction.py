@@ -413,3 +413,28 @@ async def test_a_question_asked_again_after_a_restart_brings_its_answer(
 
 async def _started(run: RunHandle) -> bool:
     return any(e.type == "tool_called" for e in await run.events())
+
+
+async def test_the_events_hold_what_the_model_was_told_and_said(harness_factory: Any) -> None:
+    """Each message once: llm_request carries what is new at its turn, the reply is recorded."""
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"text": "first, a tool", "tool_calls": [{"name": "hold"}]},
+        FINAL,
+    ]}})  # fmt: skip
+    run = await h.start(agent_flow())
+    HOLD.set()
+    assert await run.wait(30) == "finished", run.error
+    if h.kind == "claude_code":
+        return  # the CLI's own conversation: its requests are in ScenarioServer.requests
+    events = [e for e in await run.events() if e.node_id == "writer"]
+    requests = [e.data for e in events if e.type == "llm_request"]
+    replies = [e.data for e in events if e.type == "llm_step_finished"]
+    assert [r["turn"] for r in requests] == [0, 1]
+    assert "front-load" in requests[0]["system"].lower() and "system" not in requests[1]
+    assert requests[0]["messages"][0]["role"] == "user"  # the node's prompt
+    (told,) = requests[1]["messages"][1:]  # after the assistant's reply: the tool's result
+    assert "done holding" in str(told)
+    assert replies[0]["text"] == "first, a tool"
+    assert [(c["name"], c["input"]) for c in replies[0]["calls"]] == [("hold", {})]
+    (result,) = [e.data for e in events if e.type == "tool_result"]
+    assert (result["tool"], result["result"]) == ("hold", "done holding")

@@ -390,3 +390,13 @@ async def test_source_file_json_payloads(tmp_path: Path, make_session: SessionFa
     record = await run.refresh()
     assert record.source == path.read_text()
     assert json.loads(json.dumps(record.checkpoint)) == record.checkpoint
+
+
+async def test_a_schema_less_agent_that_answers_a_json_object_outputs_the_object(
+    make_session: SessionFactory,
+) -> None:
+    flow = 'agent a:\n  model: "m"\n\nagent b:\n  model: "m"\n\nworkflow w:\n  entry: a\n'
+    flow += "  a -> b\n  b -> done\n"
+    session = make_session({"a": lambda req: '{"k": 1, "v": "é"}', "b": lambda req: "plain text"})
+    run = await run_to_end(session, flow)
+    assert run.outputs == {"a": {"k": 1, "v": "é"}, "b": {"text": "plain text"}}

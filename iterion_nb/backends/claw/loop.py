@@ -91,20 +91,32 @@ async def reported_turn(
     request: ProviderRequest,
     complete: Callable[[ProviderRequest], Awaitable[ProviderResponse]],
     turn: int = 0,
+    sent: int = 0,
 ) -> ProviderResponse:
     """One model turn with its ``llm_request`` / ``llm_step_finished`` events and its cost.
 
     ``turn`` counts the model's replies before this one (the caller keeps the
     count: recounting a long conversation at every turn is quadratic).
+    ``llm_request`` records what is new for the model at this turn — the
+    messages from index ``sent`` on (and the system prompt at the first turn)
+    — so the events hold the whole conversation, each message once;
+    ``llm_step_finished`` records the reply: its text and its tool calls.
     """
-    await ctx.emit("llm_request", {"model": request.model, "turn": turn})
+    data: dict[str, Any] = {"model": request.model, "turn": turn,
+                            "messages": request.messages[sent:]}  # fmt: skip
+    if turn == 0:
+        data["system"] = request.system
+    await ctx.emit("llm_request", data)
     response = await complete(request)
     ctx.charge(response.tokens_in + response.tokens_out, response.cost_usd)
+    calls = response.tool_calls
     await ctx.emit(
         "llm_step_finished",
         {"tokens_in": response.tokens_in, "tokens_out": response.tokens_out,
          "cost_usd": response.cost_usd, "stop_reason": response.stop_reason,
-         "tool_calls": [c["name"] for c in response.tool_calls]},
+         "tool_calls": [c["name"] for c in calls], "text": response.text,
+         "calls": [{"id": c.get("id"), "name": c["name"], "input": c.get("input")}
+                   for c in calls]},
     )  # fmt: skip
     return response
 
@@ -135,6 +147,7 @@ class AgentLoop:
         #: Questions whose answer a tool result already carried (not delivered again).
         self._answered_inline: set[str] = set()
         self._replies = 0  # the model's replies so far in this conversation
+        self._sent = 0  # messages already recorded in an llm_request event
 
     # -- the conversation ----------------------------------------------------
     def system_prompt(self) -> str:
@@ -166,6 +179,8 @@ class AgentLoop:
     async def _converse(self) -> BackendResult:
         messages = await self._start()
         self._replies = sum(m["role"] == "assistant" for m in messages)  # once, not per turn
+        # a resumed conversation: what came before was recorded by the run that paused
+        self._sent = len(messages) - 1 if self.request.resume else 0
         steps = 0
         repaired = False
         while True:
@@ -238,7 +253,8 @@ class AgentLoop:
             max_tokens=self.node.max_tokens or 4096,
         )
         turn, self._replies = self._replies, self._replies + 1
-        return await reported_turn(self.ctx, request, self._complete, turn)
+        sent, self._sent = self._sent, len(messages)
+        return await reported_turn(self.ctx, request, self._complete, turn, sent)
 
     async def _complete(self, request: ProviderRequest) -> ProviderResponse:
         attempt = 0
@@ -317,7 +333,9 @@ class AgentLoop:
             if tool is None:
                 available = ", ".join([*self.tools, *(s.name for s in self.interaction_specs)])
                 raise ToolError(f"unknown tool '{name}' (available: {available or 'none'})")
-            return _result(call["id"], await tool.run(args, self.tool_context))
+            result = await tool.run(args, self.tool_context)
+            await self.ctx.emit("tool_result", {"tool": name, "id": call["id"], "result": result})
+            return _result(call["id"], result)
         except ToolError as err:
             message = str(err)
         except Exception as err:
