@@ -31,13 +31,13 @@ from iterion_nb.report.build import format_for
 from iterion_nb.runtime.records import Run
 from iterion_nb.runtime.values import resolve_vars
 from iterion_nb.session import Session
-from iterion_nb.store.location import resolve_store_path
+from iterion_nb.store.location import is_store_url, resolve_store_path, store_url
 from iterion_nb.widgets import InboxWidget
 
 #: Sessions by store file, kept across ``%reload_ext`` so live runs stay reachable.
-_SESSIONS: dict[Path, Session] = {}
+_SESSIONS: dict[Path | str, Session] = {}
 #: The store the magics used last (also kept across ``%reload_ext``).
-_LAST: list[Path] = []
+_LAST: list[Path | str] = []
 BACKENDS = ("claw", "claude_code")
 _CALL = re.compile(r"(?<!await )(get_ipython\(\)\.run_(?:line|cell)_magic\('iterion',)")
 
@@ -124,15 +124,22 @@ class IterionMagics(Magics):
 
     # -- plumbing ------------------------------------------------------------
     def session(self, store: str | None = None) -> Session:
-        """The session on ``store`` (default: the last store used, else the default one)."""
+        """The session on ``store`` (default: the last store used, else the default one).
+
+        A store is a DuckDB path or a ``postgresql://`` URL (used as given).
+        """
+        key: Path | str
         if store:
-            path = resolve_store_path(store)
+            key = store if is_store_url(store) else resolve_store_path(store)
         else:
-            path = _LAST[-1] if _LAST else resolve_store_path(None)
-        _LAST[:] = [path]
-        session = _SESSIONS.get(path)
+            key = _LAST[-1] if _LAST else (store_url() or resolve_store_path(None))
+        _LAST[:] = [key]
+        session = _SESSIONS.get(key)
         if session is None or getattr(session.store, "closed", False):
-            session = _SESSIONS[path] = Session(path)
+            try:
+                session = _SESSIONS[key] = Session(key)
+            except IterionError as err:
+                raise UsageError(f"%iterion: {err}") from None
         return session
 
     def _scenario(self, expr: str | None) -> Any:

@@ -15,7 +15,7 @@ from iterion_nb.api.handlers import routes
 from iterion_nb.api.holder import StoreService, open_served_store
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store import resolve_store_path
-from iterion_nb.store.location import DEFAULT_DIR, STORE_ENV
+from iterion_nb.store.location import DEFAULT_DIR, STORE_ENV, mask_url, store_url
 
 #: Where the API is mounted, under the server's base URL.
 PREFIX = "iterion"
@@ -69,7 +69,8 @@ class HolderOrFileService:
     """
 
     def __init__(self, store_path: str | None = None) -> None:
-        self.path = resolve_store_path(store_path)
+        #: The DuckDB file, or the store's URL (a PostgreSQL store: no file, no holder).
+        self.path: Path | str = store_url(store_path) or resolve_store_path(store_path)
         self._service: StoreService | None = None
 
     @property
@@ -149,8 +150,9 @@ def load(serverapp: Any) -> None:
     web_app = serverapp.web_app
     web_app.add_handlers(".*$", jupyter_routes(service, web_app.settings["base_url"]))
     web_app.settings["iterion_nb_service"] = service
+    shown = mask_url(service.path) if isinstance(service.path, str) else service.path
     serverapp.log.info("iterion_nb: REST API at %s, store %s", url_path_join(
-        web_app.settings["base_url"], PREFIX, "api/runs"), service.path)  # fmt: skip
+        web_app.settings["base_url"], PREFIX, "api/runs"), shown)  # fmt: skip
 
 
 __all__ = ["HolderOrFileService", "JupyterAuth", "jupyter_routes", "load", "server_store"]

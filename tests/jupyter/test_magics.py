@@ -427,3 +427,24 @@ def test_questions_waits_for_what_was_asked_then_says_what_is_missing(
     err = capsys.readouterr().err
     assert "asked 1 question(s) in 0.5 s, not 2" in err and err.count("\n") == 1
     ok(shell, "await r.cancel()")
+
+
+def test_the_magics_on_a_postgresql_store(
+    shell: InteractiveShell, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = postgres_url + ("&" if "?" in postgres_url else "?") + "schema=magics_pg"
+    shell.user_ns["pg"] = url
+    final = {"output": {"text": "a draft"}}  # twice: an answer landing late buys a turn
+    shell.user_ns["sc"] = {"nodes": {"writer": [SCENARIO["nodes"]["writer"][0], final, final]}}
+    handle = ok(shell, "%%iterion --run --var topic=t --scenario sc --store $pg\n" + WORKFLOW)
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    table = ok(shell, "%iterion runs --store $pg")
+    assert handle.id in repr(table)
+    assert "***" in repr(table) or "SECRET" not in repr(table)  # never a password
+    ok(shell, "await r.answer(q.id, 'formal')")
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    result = run(shell, "%iterion runs --store mysql://u:pw@db/x")
+    assert not result.success
+    err = capsys.readouterr().err
+    assert "mysql" in err and "pw" not in err and "Traceback" not in err

@@ -247,3 +247,28 @@ def test_the_cli_runs_a_workflow_while_the_jupyter_server_holds_the_store(
         fetch(loop, jp_fetch, "runs", run["id"], "resume", method="POST", body="{}")
     assert info.value.code == 409
     assert json.loads(info.value.response.body)["code"] == "not_resumable"
+
+
+def test_the_server_serves_a_postgresql_store_named_by_url(postgres_url: str) -> None:
+    """ITERION_NB_STORE may be a URL: the server opens it as such (no local file, no holder)."""
+    import asyncio as aio
+    from datetime import UTC, datetime
+
+    from iterion_nb.runtime.records import Run
+    from iterion_nb.server.extension import HolderOrFileService
+    from iterion_nb.store.remote import open_store
+
+    url = postgres_url + ("&" if "?" in postgres_url else "?") + "schema=server_pg"
+
+    async def check() -> list[str]:
+        writer = open_store(url)
+        now = datetime.now(UTC)
+        await writer.create_run(Run("pg1", "w", "h", "paused_waiting_human", now, now))
+        await writer.close()
+        service = HolderOrFileService(url)
+        assert service.path == url
+        runs = await service.list_runs(None, 10)
+        await service.store.close()
+        return [r.id for r in runs]
+
+    assert aio.run(check()) == ["pg1"]
