@@ -69,6 +69,24 @@ class AlreadyAnsweredError(ConflictError):
         super().__init__(f"question '{interaction_id}' is already answered")
 
 
+class QuestionClosedError(ConflictError):
+    """The question ended without an answer: it ``expired``, or its asker ``retracted`` it.
+
+    Attributes:
+        interaction_id: The question.
+        ended: ``expired`` or ``retracted``.
+        reason: Why (a retraction's reason), if given.
+    """
+
+    def __init__(self, interaction_id: str, ended: str, reason: str | None = None) -> None:
+        self.interaction_id = interaction_id
+        self.ended = ended
+        self.reason = reason
+        why = f": {reason}" if reason else ""
+        what = "expired unanswered" if ended == "expired" else f"was withdrawn by its asker{why}"
+        super().__init__(f"question '{interaction_id}' {what}; it takes no answer")
+
+
 class InvalidAnswerError(StoreError):
     """An answer that cannot be recorded (too large, not JSON data)."""
 

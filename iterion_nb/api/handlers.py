@@ -23,6 +23,7 @@ from iterion_nb.errors import (
     IterionError,
     LeaseLostError,
     NotFoundError,
+    QuestionClosedError,
     ResumeError,
     RunOwnedError,
 )
@@ -104,7 +105,7 @@ class BaseHandler(tornado.web.RequestHandler):
             raise ApiError(400, "bad_request", "request body must be a JSON object")
         return data
 
-    async def guarded(self, action: Callable[[], Awaitable[None]], *ids: str) -> None:
+    async def guarded(self, action: Callable[[], Awaitable[None]], *ids: str) -> None:  # noqa: C901
         """Run ``action``, translating our errors into JSON responses."""
         try:
             for ident in ids:
@@ -123,6 +124,9 @@ class BaseHandler(tornado.web.RequestHandler):
             self._fail(ApiError(409, "run_owned", str(err), run_id=err.run_id, owner=owner))
         except LeaseLostError as err:
             self._fail(ApiError(409, "lease_lost", str(err), run_id=err.run_id))
+        except QuestionClosedError as err:  # 410 Gone: expired, or retracted by its asker
+            self._fail(ApiError(410, err.ended, str(err), interaction_id=err.interaction_id,
+                                reason=err.reason))  # fmt: skip
         except ResumeError as err:
             self._fail(ApiError(409, "not_resumable", str(err)))
         except ConflictError as err:

@@ -27,7 +27,7 @@ METHODS = (
     "events", "put_artifact", "get_artifact", "list_artifacts", "add_interaction",
     "get_interaction", "pending_interactions", "interactions", "answer", "queue_message",
     "drain_messages", "flush", "acquire_run", "renew_leases", "settle_run", "release_runs",
-    "cancel_run", "write_batch", "export_run", "import_run",
+    "cancel_run", "write_batch", "export_run", "import_run", "expire_due", "retract", "amend",
 )  # fmt: skip
 #: Seconds between keep-alive lines on the rings stream.
 KEEPALIVE = 5.0

@@ -20,6 +20,7 @@ from iterion_nb.runtime.records import (
     Interaction,
     InteractionKind,
     LeaseReport,
+    Option,
     QueuedMessage,
     Run,
     RunBundle,
@@ -215,7 +216,47 @@ class Store(Protocol):
         Raises:
             NotFoundError: No such interaction.
             AlreadyAnsweredError: It was answered before (carries that answer).
+            QuestionClosedError: It expired (now, or before) or was retracted.
             InvalidAnswerError: Not JSON data, or over 64 KB.
+        """
+        ...
+
+    async def expire_due(self, run_id: str | None = None) -> list[Interaction]:
+        """Record the expiry of the pending questions past their ``expires_at`` (of one run).
+
+        Each, in one transaction: the question ends ``expired`` (at its
+        ``expires_at``), its ``interaction_expired`` event, and for an async
+        question ``[Question <id> expired unanswered]`` queued for its asker.
+        An expired question is never listed pending, even before this runs.
+        Returns the questions it expired.
+        """
+        ...
+
+    async def retract(self, interaction_id: str, reason: str) -> Interaction:
+        """Withdraw a pending question, atomically, with its ``interaction_retracted`` event.
+
+        Returns the question as it ends: retracted — or, when an answer (or its
+        expiry) came first, as it was, unchanged: the caller tells which.
+
+        Raises:
+            NotFoundError: No such question.
+        """
+        ...
+
+    async def amend(
+        self,
+        interaction_id: str,
+        *,
+        questions: tuple[str, ...] | None = None,
+        options: tuple[Option, ...] | None = None,
+        allow_free_text: bool | None = None,
+    ) -> Interaction:
+        """Rewrite a pending question in place (``revision`` + 1, ``interaction_amended``).
+
+        Raises:
+            NotFoundError: No such question.
+            AlreadyAnsweredError: It was answered first.
+            QuestionClosedError: It expired or was retracted.
         """
         ...
 

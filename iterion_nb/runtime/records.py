@@ -120,13 +120,21 @@ class Artifact:
     created_at: datetime
 
 
+#: How a question ended without an answer.
+EndKind = Literal["expired", "retracted"]
+
+
 @dataclass(frozen=True, slots=True)
 class Interaction:
-    """A question to a person. Pending while ``answered_at`` is None.
+    """A question to a person. Pending until answered, expired or retracted.
 
     ``kind`` is ``human`` (a gate), ``ask_user`` (blocking tool), ``async``
     (asked without stopping) or ``await`` (a synthetic pause listing the
-    ``waits_on`` ids it waits for).
+    ``waits_on`` ids it waits for). ``expires_at``: when it ends unanswered
+    if nobody answers. ``ended`` says how it ended without an answer
+    (``expired``, or ``retracted`` by its asker, with ``end_reason``);
+    ``revision`` counts the asker's amendments. ``accepts`` describes what an
+    answer must be (a human gate with an output schema: its fields).
     """
 
     id: str
@@ -142,11 +150,21 @@ class Interaction:
     answered_at: datetime | None = None
     answers: Any = None
     answered_by: str | None = None
+    expires_at: datetime | None = None
+    ended: EndKind | None = None
+    ended_at: datetime | None = None
+    end_reason: str | None = None
+    revision: int = 0
+    accepts: dict[str, Any] | None = None
 
     @property
     def pending(self) -> bool:
-        """Whether nobody has answered yet."""
-        return self.answered_at is None
+        """Whether it still waits for an answer (nobody answered; not expired or retracted)."""
+        return self.answered_at is None and self.ended is None
+
+    def due(self, now: datetime) -> bool:
+        """Whether it is pending past its expiry (it expires at the next look)."""
+        return self.pending and self.expires_at is not None and self.expires_at <= now
 
     @property
     def question(self) -> str:

@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import json
 from datetime import UTC
-from typing import Any
 
 from iterion_nb.runtime.ownership import check_import
 from iterion_nb.runtime.records import (
     Artifact,
     Event,
-    Interaction,
     RunBundle,
     encode_json,
 )
 from iterion_nb.store.duckdb_mirror import Mirror
 from iterion_nb.store.duckdb_rows import (
     INTERACTION_COLUMNS,
+    INTERACTION_VALUES,
     MESSAGE_COLUMNS,
     RUN_COLUMNS,
     interaction_from_row,
+    interaction_params,
     lease_params,
     message_from_row,
     to_db,
@@ -135,9 +135,8 @@ class RunCopies(RunTables):
             )  # fmt: skip
         for i in bundle.interactions:
             con.execute(
-                f"INSERT INTO interactions ({INTERACTION_COLUMNS})"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                _interaction_params(i),
+                f"INSERT INTO interactions ({INTERACTION_COLUMNS}) VALUES ({INTERACTION_VALUES})",
+                interaction_params(i),
             )
         for m in bundle.messages:
             con.execute(
@@ -153,13 +152,3 @@ class RunCopies(RunTables):
         with self._seq_lock:
             self._next_seq[run_id] = max((e.seq for e in bundle.events), default=0) + 1
         self._known_runs.add(run_id)
-
-
-def _interaction_params(i: Interaction) -> list[Any]:
-    return [
-        i.id, i.run_id, i.node_id, i.branch_id, i.kind, encode_json(list(i.questions)),
-        encode_json([{"id": o.id, "label": o.label} for o in i.options]),
-        i.allow_free_text, encode_json(list(i.waits_on)), to_db(i.requested_at),
-        None if i.answered_at is None else to_db(i.answered_at),
-        None if i.answered_at is None else encode_json(i.answers), i.answered_by,
-    ]  # fmt: skip

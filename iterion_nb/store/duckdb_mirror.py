@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from datetime import datetime
 
 from iterion_nb.runtime.records import Interaction, InteractionKind, QueuedMessage
 
@@ -34,9 +35,18 @@ class Mirror:
 
     # -- questions -----------------------------------------------------------------
     def pending(
-        self, run_id: str | None, node_id: str | None, kind: InteractionKind | None
+        self,
+        run_id: str | None,
+        node_id: str | None,
+        kind: InteractionKind | None,
+        *,
+        now: datetime | None,
     ) -> list[Interaction]:
-        """Unanswered questions matching the filters, oldest first."""
+        """Unanswered questions matching the filters, oldest first.
+
+        With ``now``, those past their expiry are left out (they expire at the
+        next look); without, every question still recorded as pending.
+        """
         with self.lock:
             found = [
                 i
@@ -44,6 +54,7 @@ class Mirror:
                 if (run_id is None or i.run_id == run_id)
                 and (node_id is None or i.node_id == node_id)
                 and (kind is None or i.kind == kind)
+                and (now is None or not i.due(now))
             ]
         return sorted(found, key=lambda i: i.requested_at)
 

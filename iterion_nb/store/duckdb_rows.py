@@ -6,7 +6,14 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from iterion_nb.runtime.records import Interaction, Lease, Option, QueuedMessage, Run
+from iterion_nb.runtime.records import (
+    Interaction,
+    Lease,
+    Option,
+    QueuedMessage,
+    Run,
+    encode_json,
+)
 
 RUN_COLUMNS = (
     "id, workflow, source_hash, status, created_at, updated_at, source, vars, error, checkpoint,"
@@ -14,8 +21,11 @@ RUN_COLUMNS = (
 )
 INTERACTION_COLUMNS = (
     "id, run_id, node_id, branch_id, kind, questions, options, allow_free_text, waits_on,"
-    " requested_at, answered_at, answers, answered_by"
+    " requested_at, answered_at, answers, answered_by, expires_at, ended, ended_at,"
+    " end_reason, revision, accepts"
 )
+#: Placeholders for one row of ``INTERACTION_COLUMNS``.
+INTERACTION_VALUES = ", ".join("?" for _ in INTERACTION_COLUMNS.split(","))
 MESSAGE_COLUMNS = "id, run_id, node_id, text, created_at, delivered_at"
 
 
@@ -65,8 +75,24 @@ def interaction_from_row(row: tuple[Any, ...]) -> Interaction:
         options=tuple(Option(o["id"], o["label"]) for o in json.loads(row[6])),
         allow_free_text=row[7], waits_on=tuple(json.loads(row[8])),
         requested_at=row[9].replace(tzinfo=UTC), answered_at=from_db(row[10]),
-        answers=json_or_none(row[11]), answered_by=row[12],
+        answers=json_or_none(row[11]), answered_by=row[12], expires_at=from_db(row[13]),
+        ended=row[14], ended_at=from_db(row[15]), end_reason=row[16], revision=int(row[17] or 0),
+        accepts=json_or_none(row[18]),
     )  # fmt: skip
+
+
+def interaction_params(i: Interaction) -> list[Any]:
+    """One question as a row of ``INTERACTION_COLUMNS``."""
+    return [
+        i.id, i.run_id, i.node_id, i.branch_id, i.kind, encode_json(list(i.questions)),
+        encode_json([{"id": o.id, "label": o.label} for o in i.options]),
+        i.allow_free_text, encode_json(list(i.waits_on)), to_db(i.requested_at),
+        None if i.answered_at is None else to_db(i.answered_at),
+        None if i.answered_at is None else encode_json(i.answers), i.answered_by,
+        None if i.expires_at is None else to_db(i.expires_at), i.ended,
+        None if i.ended_at is None else to_db(i.ended_at), i.end_reason, i.revision,
+        None if i.accepts is None else encode_json(i.accepts),
+    ]  # fmt: skip
 
 
 def message_from_row(row: tuple[Any, ...]) -> QueuedMessage:

@@ -103,6 +103,19 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE messages ADD COLUMN drain_token VARCHAR;
         """,
     ),
+    (
+        4,
+        # Questions that end well: an expiry, an end without an answer (expired or
+        # retracted, with a reason), amendments, and what an answer must be.
+        """
+        ALTER TABLE interactions ADD COLUMN expires_at TIMESTAMP;
+        ALTER TABLE interactions ADD COLUMN ended VARCHAR;
+        ALTER TABLE interactions ADD COLUMN ended_at TIMESTAMP;
+        ALTER TABLE interactions ADD COLUMN end_reason VARCHAR;
+        ALTER TABLE interactions ADD COLUMN revision INTEGER DEFAULT 0;
+        ALTER TABLE interactions ADD COLUMN accepts VARCHAR;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

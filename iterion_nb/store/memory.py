@@ -14,12 +14,12 @@ from datetime import datetime
 from typing import Any
 
 from iterion_nb.errors import (
-    AlreadyAnsweredError,
     ConflictError,
     LeaseLostError,
     NotFoundError,
     StoreError,
 )
+from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import Doorbell, node_key
 from iterion_nb.runtime.ownership import (
     Claimant,
@@ -37,6 +37,7 @@ from iterion_nb.runtime.records import (
     Interaction,
     InteractionKind,
     LeaseReport,
+    Option,
     QueuedMessage,
     Run,
     RunBundle,
@@ -325,10 +326,12 @@ class MemoryStore:
         kind: InteractionKind | None = None,
     ) -> list[Interaction]:
         with self._lock:
+            now = self._clock()
             found = [
                 i
                 for i in self._interactions.values()
                 if i.pending
+                and not i.due(now)
                 and (run_id is None or i.run_id == run_id)
                 and (node_id is None or i.node_id == node_id)
                 and (kind is None or i.kind == kind)
@@ -349,9 +352,11 @@ class MemoryStore:
             current = self._interactions.get(interaction_id)
             if current is None:
                 raise NotFoundError("interaction", interaction_id)
-            if not current.pending:
-                raise AlreadyAnsweredError(interaction_id, current.answers)
             now = self._clock()
+            if current.due(now):  # an answer at (or after) the expiry instant: too late
+                current = self._end(lifecycle.expire(current))
+            if not current.pending:
+                raise lifecycle.not_pending(current)
             answered = replace(
                 current, answered_at=now, answers=_copy_json(answer), answered_by=answered_by
             )
@@ -369,6 +374,70 @@ class MemoryStore:
             )  # fmt: skip
         self.doorbell.ring(node_key(answered.run_id, answered.node_id))
         return AnswerResult(answered, message)
+
+    def _end(self, ended: Interaction) -> Interaction:
+        """Under the lock: record how a question ended unanswered (event, asker's message)."""
+        self._interactions[ended.id] = ended
+        event, data = lifecycle.ended_event(ended)
+        self._append(ended.run_id, event, data, ended.node_id, ended.branch_id)
+        text = lifecycle.closing_message(ended)
+        if text is not None:
+            assert ended.ended_at is not None
+            self._messages.append(
+                QueuedMessage(self._new_id(), ended.run_id, ended.node_id, text, ended.ended_at)
+            )
+        return ended
+
+    async def expire_due(self, run_id: str | None = None) -> list[Interaction]:
+        with self._lock:
+            now = self._clock()
+            due = [
+                i for i in self._interactions.values()
+                if i.due(now) and (run_id is None or i.run_id == run_id)
+            ]  # fmt: skip
+            ended = [self._end(lifecycle.expire(i)) for i in due]
+        for question in ended:
+            self.doorbell.ring(node_key(question.run_id, question.node_id))
+        return ended
+
+    async def retract(self, interaction_id: str, reason: str) -> Interaction:
+        with self._lock:
+            current = self._interactions.get(interaction_id)
+            if current is None:
+                raise NotFoundError("interaction", interaction_id)
+            now = self._clock()
+            if current.due(now):
+                current = self._end(lifecycle.expire(current))
+            if not current.pending:
+                return current
+            ended = self._end(lifecycle.retract(current, reason, now))
+        self.doorbell.ring(node_key(ended.run_id, ended.node_id))
+        return ended
+
+    async def amend(
+        self,
+        interaction_id: str,
+        *,
+        questions: tuple[str, ...] | None = None,
+        options: tuple[Option, ...] | None = None,
+        allow_free_text: bool | None = None,
+    ) -> Interaction:
+        with self._lock:
+            current = self._interactions.get(interaction_id)
+            if current is None:
+                raise NotFoundError("interaction", interaction_id)
+            if current.due(self._clock()):
+                current = self._end(lifecycle.expire(current))
+            if not current.pending:
+                raise lifecycle.not_pending(current)
+            amended = lifecycle.amend(current, questions, options, allow_free_text)
+            self._interactions[interaction_id] = amended
+            self._append(
+                amended.run_id, "interaction_amended", lifecycle.amended_event(amended),
+                amended.node_id, amended.branch_id,
+            )  # fmt: skip
+        self.doorbell.ring(node_key(amended.run_id, amended.node_id))
+        return amended
 
     # -- messages --------------------------------------------------------
     async def queue_message(self, run_id: str, node_id: str, text: str) -> QueuedMessage:

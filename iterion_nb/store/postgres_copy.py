@@ -23,7 +23,12 @@ from iterion_nb.store.duckdb_rows import (
     message_from_row,
 )
 from iterion_nb.store.postgres_base import Conn, copy_events
-from iterion_nb.store.postgres_runs import PgRuns, interaction_params, lease_params
+from iterion_nb.store.postgres_runs import (
+    INTERACTION_VALUES,
+    PgRuns,
+    interaction_params,
+    lease_params,
+)
 
 _RUN_TABLES = ("events", "artifacts", "interactions", "messages")
 
@@ -121,8 +126,7 @@ class PgCopies(PgRuns):
                  for a in bundle.artifacts],
             )  # fmt: skip
             await cur.executemany(
-                f"INSERT INTO interactions ({INTERACTION_COLUMNS})"
-                f" VALUES ({', '.join(['%s'] * 13)})",
+                f"INSERT INTO interactions ({INTERACTION_COLUMNS}) VALUES ({INTERACTION_VALUES})",
                 [interaction_params(i) for i in bundle.interactions],
             )
             await cur.executemany(

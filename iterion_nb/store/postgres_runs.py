@@ -31,7 +31,7 @@ from iterion_nb.runtime.records import (
     RunStatus,
     encode_json,
 )
-from iterion_nb.store.duckdb_rows import RUN_COLUMNS, run_from_row
+from iterion_nb.store.duckdb_rows import INTERACTION_COLUMNS, RUN_COLUMNS, run_from_row
 from iterion_nb.store.postgres_base import Conn, PgBase, check_text
 
 _CLEAR_LEASE = (
@@ -58,7 +58,13 @@ def interaction_params(i: Interaction) -> list[Any]:
         encode_json([{"id": o.id, "label": o.label} for o in i.options]),
         i.allow_free_text, encode_json(list(i.waits_on)), i.requested_at, i.answered_at,
         None if i.answered_at is None else encode_json(i.answers), i.answered_by,
+        i.expires_at, i.ended, i.ended_at, i.end_reason, i.revision,
+        None if i.accepts is None else encode_json(i.accepts),
     ]  # fmt: skip
+
+
+#: Placeholders for one row of ``INTERACTION_COLUMNS``.
+INTERACTION_VALUES = ", ".join("%s" for _ in INTERACTION_COLUMNS.split(","))
 
 
 def _json_or_null(value: Any) -> str | None:

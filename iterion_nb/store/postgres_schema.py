@@ -115,6 +115,19 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX messages_by_drain ON messages (drain_token) WHERE drain_token IS NOT NULL;
         """,
     ),
+    (
+        3,
+        # questions that end well: an expiry, an end without an answer (expired or
+        # retracted, with a reason), amendments, and what an answer must be
+        """
+        ALTER TABLE interactions ADD COLUMN expires_at timestamptz;
+        ALTER TABLE interactions ADD COLUMN ended text;
+        ALTER TABLE interactions ADD COLUMN ended_at timestamptz;
+        ALTER TABLE interactions ADD COLUMN end_reason text;
+        ALTER TABLE interactions ADD COLUMN revision integer NOT NULL DEFAULT 0;
+        ALTER TABLE interactions ADD COLUMN accepts text;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -33,7 +33,8 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from iterion_nb.errors import AlreadyAnsweredError, ConflictError, NotFoundError, StoreError
+from iterion_nb.errors import ConflictError, NotFoundError, StoreError
+from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import Doorbell, node_key
 from iterion_nb.runtime.records import (
     AnswerResult,
@@ -51,13 +52,12 @@ from iterion_nb.store.duckdb_rows import (
     INTERACTION_COLUMNS,
     MESSAGE_COLUMNS,
     interaction_from_row,
-    json_or_none,
     message_from_row,
 )
 from iterion_nb.store.postgres_base import Conn, check_text
-from iterion_nb.store.postgres_copy import PgCopies
 from iterion_nb.store.postgres_listener import Listener
-from iterion_nb.store.postgres_runs import interaction_params
+from iterion_nb.store.postgres_questions import PgQuestions
+from iterion_nb.store.postgres_runs import INTERACTION_VALUES, interaction_params
 from iterion_nb.store.postgres_schema import DEFAULT_SCHEMA, check_schema_name, migrate
 
 log = logging.getLogger("iterion_nb.store.postgres")
@@ -100,7 +100,7 @@ def _artifact(row: tuple[Any, ...]) -> Artifact:
                     row[5].astimezone(UTC))  # fmt: skip
 
 
-class PostgresStore(PgCopies):
+class PostgresStore(PgQuestions):
     """A Store in a PostgreSQL database. Create with :func:`open_postgres_store`."""
 
     def __init__(
@@ -268,8 +268,7 @@ class PostgresStore(PgCopies):
         async def body(conn: Conn) -> Interaction:
             await self._require_run(conn, i.run_id)
             cur = await conn.execute(
-                f"INSERT INTO interactions ({INTERACTION_COLUMNS})"
-                f" VALUES ({', '.join(['%s'] * 13)})"
+                f"INSERT INTO interactions ({INTERACTION_COLUMNS}) VALUES ({INTERACTION_VALUES})"
                 f" ON CONFLICT (id) DO NOTHING RETURNING {INTERACTION_COLUMNS}",
                 interaction_params(i),
             )
@@ -302,8 +301,13 @@ class PostgresStore(PgCopies):
         node_id: str | None = None,
         kind: InteractionKind | None = None,
     ) -> list[Interaction]:
-        where = ["answered_at IS NULL"]
-        params: list[Any] = []
+        # past its expiry a question is not pending, even before its expiry is recorded
+        where = [
+            "answered_at IS NULL",
+            "ended IS NULL",
+            "(expires_at IS NULL OR expires_at > coalesce(%s::timestamptz, now()))",
+        ]
+        params: list[Any] = [self._clock() if self._clock else None]
         for column, value in (("run_id", run_id), ("node_id", node_id), ("kind", kind)):
             if value is not None:
                 where.append(f"{column} = %s")
@@ -336,24 +340,23 @@ class PostgresStore(PgCopies):
     ) -> AnswerResult:
         payload = check_answer(answer)
 
-        async def body(conn: Conn) -> AnswerResult:
+        async def body(conn: Conn) -> AnswerResult | Interaction:
             now = await self._now(conn)
-            # the row lock decides: of concurrent answers, the first to commit wins
-            # and the others find answered_at set when they get the row
+            # the row lock decides: of concurrent answers (and a retraction, an expiry)
+            # the first to commit wins; the others find the question ended
+            current = await self._locked_question(conn, interaction_id)
+            if current.due(now):  # an answer at (or after) the expiry instant: too late
+                current = lifecycle.expire(current)
+                await self._end(conn, current)
+            if not current.pending:
+                return current  # committed (an expiry found now), then refused below
             cur = await conn.execute(
                 "UPDATE interactions SET answered_at = %s, answers = %s, answered_by = %s"
-                f" WHERE id = %s AND answered_at IS NULL RETURNING {INTERACTION_COLUMNS}",
+                f" WHERE id = %s RETURNING {INTERACTION_COLUMNS}",
                 [now, payload, answered_by, interaction_id],
             )
             row = await cur.fetchone()
-            if row is None:
-                cur = await conn.execute(
-                    "SELECT answers FROM interactions WHERE id = %s", [interaction_id]
-                )
-                known = await cur.fetchone()
-                if known is None:
-                    raise NotFoundError("interaction", interaction_id)
-                raise AlreadyAnsweredError(interaction_id, json_or_none(known[0]))
+            assert row is not None
             answered = interaction_from_row(row)
             message = None
             if answered.kind == "async":
@@ -369,6 +372,9 @@ class PostgresStore(PgCopies):
             return AnswerResult(answered, message)
 
         result = await self._call(lambda: self._transact(body))
+        if isinstance(result, Interaction):
+            self.doorbell.ring(node_key(result.run_id, result.node_id))
+            raise lifecycle.not_pending(result)
         self.doorbell.ring(node_key(result.interaction.run_id, result.interaction.node_id))
         return result
 

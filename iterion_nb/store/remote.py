@@ -35,6 +35,7 @@ from iterion_nb.errors import (
     InvalidAnswerError,
     LeaseLostError,
     NotFoundError,
+    QuestionClosedError,
     ResumeError,
     RunOwnedError,
     StoreError,
@@ -77,6 +78,11 @@ def _raise(status: int, body: dict[str, Any]) -> None:
         raise NotFoundError(body["kind"], body["key"])
     if code == "already_answered":
         raise AlreadyAnsweredError(body.get("interaction_id", ""), body.get("existing"))
+    if code in ("expired", "retracted") and status == 410:
+        reason = body.get("reason")
+        raise QuestionClosedError(
+            str(body.get("interaction_id", "")), code, str(reason) if reason else None
+        )
     if code == "run_owned" and isinstance(body.get("owner"), dict):
         owner = body["owner"]
         since = datetime.fromisoformat(str(owner.get("since")))
@@ -452,6 +458,22 @@ class RemoteStore:
             result = AnswerResult(recorded, None)
         self.doorbell.ring(node_key(result.interaction.run_id, result.interaction.node_id))
         return result
+
+    async def expire_due(self, run_id: str | None = None) -> Any:
+        ended: list[Interaction] = await self._call("expire_due", run_id)
+        for question in ended:
+            self.doorbell.ring(node_key(question.run_id, question.node_id))
+        return ended
+
+    async def retract(self, interaction_id: str, reason: str) -> Any:
+        question: Interaction = await self._call("retract", interaction_id, reason)
+        self.doorbell.ring(node_key(question.run_id, question.node_id))
+        return question
+
+    async def amend(self, interaction_id: str, **changes: Any) -> Any:
+        question: Interaction = await self._call("amend", interaction_id, **changes)
+        self.doorbell.ring(node_key(question.run_id, question.node_id))
+        return question
 
     async def queue_message(self, run_id: str, node_id: str, text: str) -> Any:
         message = await self._call("queue_message", run_id, node_id, text)

@@ -1,0 +1,132 @@
+# ruff: noqa: D102 - each Store method is documented once, on the Store protocol
+"""How a question ends in the PostgreSQL store: expired, retracted, or amended while pending.
+
+Each change locks the question's row (``FOR UPDATE``) in one transaction,
+so of an answer, a retraction and an expiry of one question, from any number
+of processes, exactly one wins.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from iterion_nb.errors import NotFoundError
+from iterion_nb.runtime import lifecycle
+from iterion_nb.runtime.doorbell import node_key
+from iterion_nb.runtime.records import Interaction, Option, QueuedMessage, encode_json
+from iterion_nb.store.duckdb_rows import INTERACTION_COLUMNS, interaction_from_row
+from iterion_nb.store.postgres_base import Conn
+from iterion_nb.store.postgres_copy import PgCopies
+
+
+class PgQuestions(PgCopies):
+    """Expiry, retraction and amendment of questions."""
+
+    async def _insert_message(
+        self, conn: Conn, run_id: str, node_id: str, text: str, now: datetime
+    ) -> QueuedMessage:  # pragma: no cover - defined by the store
+        raise NotImplementedError
+
+    async def _locked_question(self, conn: Conn, interaction_id: str) -> Interaction:
+        cur = await conn.execute(
+            f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE id = %s FOR UPDATE",
+            [interaction_id],
+        )
+        row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("interaction", interaction_id)
+        return interaction_from_row(row)
+
+    async def _end(self, conn: Conn, ended: Interaction) -> None:
+        """In a transaction: record how a question ended unanswered (event, asker's message)."""
+        assert ended.ended_at is not None
+        await conn.execute(
+            "UPDATE interactions SET ended = %s, ended_at = %s, end_reason = %s WHERE id = %s",
+            [ended.ended, ended.ended_at, ended.end_reason, ended.id],
+        )
+        event, data = lifecycle.ended_event(ended)
+        await self._event_now(
+            conn, ended.run_id, event, data, ended.ended_at, ended.node_id, ended.branch_id
+        )
+        text = lifecycle.closing_message(ended)
+        if text is not None:
+            await self._insert_message(conn, ended.run_id, ended.node_id, text, ended.ended_at)
+        await self._notify(conn, node_key(ended.run_id, ended.node_id))
+
+    async def expire_due(self, run_id: str | None = None) -> list[Interaction]:
+        async def body(conn: Conn) -> list[Interaction]:
+            now = await self._now(conn)
+            where = "answered_at IS NULL AND ended IS NULL AND expires_at <= %s"
+            params: list[object] = [now]
+            if run_id is not None:
+                where += " AND run_id = %s"
+                params.append(run_id)
+            cur = await conn.execute(
+                f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE {where}"
+                " ORDER BY requested_at, n FOR UPDATE SKIP LOCKED",
+                params,
+            )
+            ended = [lifecycle.expire(interaction_from_row(r)) for r in await cur.fetchall()]
+            for question in ended:
+                await self._end(conn, question)
+            return ended
+
+        ended = await self._call(lambda: self._transact(body))
+        for question in ended:
+            self.doorbell.ring(node_key(question.run_id, question.node_id))
+        return ended
+
+    async def retract(self, interaction_id: str, reason: str) -> Interaction:
+        async def body(conn: Conn) -> Interaction:
+            current = await self._locked_question(conn, interaction_id)
+            now = await self._now(conn)
+            if current.due(now):
+                current = lifecycle.expire(current)
+                await self._end(conn, current)
+            if not current.pending:
+                return current  # answered (or expired) first: the caller says so
+            ended = lifecycle.retract(current, reason, now)
+            await self._end(conn, ended)
+            return ended
+
+        question = await self._call(lambda: self._transact(body))
+        self.doorbell.ring(node_key(question.run_id, question.node_id))
+        return question
+
+    async def amend(
+        self,
+        interaction_id: str,
+        *,
+        questions: tuple[str, ...] | None = None,
+        options: tuple[Option, ...] | None = None,
+        allow_free_text: bool | None = None,
+    ) -> Interaction:
+        async def body(conn: Conn) -> Interaction:
+            current = await self._locked_question(conn, interaction_id)
+            now = await self._now(conn)
+            if current.due(now):
+                current = lifecycle.expire(current)
+                await self._end(conn, current)
+                return current  # committed, then refused below
+            if not current.pending:
+                return current
+            amended = lifecycle.amend(current, questions, options, allow_free_text)
+            await conn.execute(
+                "UPDATE interactions SET questions = %s, options = %s, allow_free_text = %s,"
+                " revision = %s WHERE id = %s",
+                [encode_json(list(amended.questions)),
+                 encode_json([{"id": o.id, "label": o.label} for o in amended.options]),
+                 amended.allow_free_text, amended.revision, amended.id],
+            )  # fmt: skip
+            await self._event_now(
+                conn, amended.run_id, "interaction_amended", lifecycle.amended_event(amended),
+                now, amended.node_id, amended.branch_id,
+            )  # fmt: skip
+            await self._notify(conn, node_key(amended.run_id, amended.node_id))
+            return amended
+
+        question = await self._call(lambda: self._transact(body))
+        self.doorbell.ring(node_key(question.run_id, question.node_id))
+        if not question.pending:
+            raise lifecycle.not_pending(question)
+        return question
