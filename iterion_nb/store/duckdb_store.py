@@ -18,9 +18,13 @@ DuckDB lets one process hold a file. A second process gets
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
+import shutil
+import stat
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable
@@ -32,14 +36,13 @@ from typing import Any
 import duckdb
 
 from iterion_nb.errors import (
+    AlreadyAnsweredError,
     ConflictError,
     NotFoundError,
-    QuestionClosedError,
     StoreError,
     StoreFileError,
     StoreLockedError,
 )
-from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import Doorbell, node_key
 from iterion_nb.runtime.records import (
     AnswerResult,
@@ -55,19 +58,23 @@ from iterion_nb.runtime.records import (
     utcnow,
 )
 from iterion_nb.store.duckdb_base import SEP
+from iterion_nb.store.duckdb_copy import RunCopies
 from iterion_nb.store.duckdb_mirror import Mirror
-from iterion_nb.store.duckdb_questions import Questions
 from iterion_nb.store.duckdb_rows import (
     INTERACTION_COLUMNS,
-    INTERACTION_VALUES,
     MESSAGE_COLUMNS,
     interaction_from_row,
-    interaction_params,
     message_from_row,
     to_db,
 )
 from iterion_nb.store.duckdb_schema import APP_MARK, LATEST, MIGRATIONS
-from iterion_nb.store.location import resolve_store_path
+from iterion_nb.store.location import (
+    DEFAULT_FILE,
+    make_private_dirs,
+    names_store_dir,
+    resolve_store_path,
+    tighten_store_dir,
+)
 
 _LOCK_PID = re.compile(r"\(PID (\d+)\)")
 
@@ -78,9 +85,13 @@ _open_stores: dict[Path, DuckDBStore] = {}
 def _check_header(path: Path) -> None:
     """Refuse, without touching it, a file that is not a DuckDB database."""
     if not path.exists():
+        if path.is_symlink():
+            raise StoreFileError(f"the store path {path} is a link to nothing; it was left alone")
         return
     if path.is_dir():
         raise StoreFileError(f"the store path {path} is a directory, not a DuckDB file")
+    if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device would block or lie
+        raise StoreFileError(f"the store path {path} is not a regular file; it was left alone")
     with path.open("rb") as handle:
         header = handle.read(16)
     if header and header[8:12] != b"DUCK":
@@ -151,10 +162,60 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         con.execute("CHECKPOINT")
 
 
+def _create_private(target: Path) -> None:
+    """Create a new, empty store file at ``target``: mode 0600, never through a link.
+
+    DuckDB creates files with the umask's mode (0644) and refuses an empty
+    file, so the database is made in a private (0700) temporary directory
+    beside it, made 0600 there, then hard-linked into place: a link fails if
+    anything (a file, a link) appeared at ``target`` meanwhile, and then
+    that is what gets opened (and checked) instead.
+    """
+    if os.path.lexists(target):
+        return
+    scratch = tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        made = Path(scratch) / target.name
+        duckdb.connect(str(made), config=CONNECT_CONFIG).close()
+        os.chmod(made, 0o600)
+        try:
+            os.link(made, target)
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links
+            if not os.path.lexists(target):
+                os.rename(made, target)
+    except duckdb.Error as err:
+        raise StoreFileError(f"cannot create the run store {target}: {err}") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _tighten_files(target: Path) -> None:
+    """The store file and its write-ahead log, if this user's: 0600 (none is followed)."""
+    for path in (target, target.with_name(target.name + ".wal")):
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                os.chmod(path, 0o600)
+
+
+def _prepare_file(target: Path, dedicated: bool) -> None:
+    """Directory 0700 (if made here, or the store's own), file 0600, created without links."""
+    make_private_dirs(target.parent)
+    if dedicated:
+        tighten_store_dir(target.parent, target.name)
+    try:
+        _create_private(target)
+    except OSError as err:
+        raise StoreFileError(f"cannot create the run store {target}: {err.strerror}") from None
+    _tighten_files(target)
+
+
 def _load_pending(con: duckdb.DuckDBPyConnection) -> list[Interaction]:
     rows = con.execute(
         f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE answered_at IS NULL"
-        " AND ended IS NULL ORDER BY requested_at, n"
+        " ORDER BY requested_at, n"
     ).fetchall()
     return [interaction_from_row(row) for row in rows]
 
@@ -183,7 +244,11 @@ def open_duckdb_store(
             existing._users += 1
             return existing
         _check_header(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # the store's own directory: named as one, or the usual .../iterion.duckdb
+            _prepare_file(target, names_store_dir(path) or target.name == DEFAULT_FILE)
+        except OSError as err:
+            raise StoreFileError(f"cannot create the run store {target}: {err.strerror}") from None
         con = _connect(target)
         try:
             _migrate(con, target)
@@ -210,7 +275,7 @@ def open_duckdb_store(
         return store
 
 
-class DuckDBStore(Questions):
+class DuckDBStore(RunCopies):
     """A Store in one DuckDB file. Create with :func:`open_duckdb_store`."""
 
     def __init__(
@@ -335,9 +400,17 @@ class DuckDBStore(Questions):
             if self._con.execute("SELECT 1 FROM interactions WHERE id = ?", [i.id]).fetchone():
                 raise ConflictError(f"interaction '{i.id}' already exists")
             self._con.execute(
-                f"INSERT INTO interactions ({INTERACTION_COLUMNS}) VALUES ({INTERACTION_VALUES})",
-                interaction_params(i),
-            )
+                f"INSERT INTO interactions ({INTERACTION_COLUMNS})"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    i.id, i.run_id, i.node_id, i.branch_id, i.kind,
+                    encode_json(list(i.questions)),
+                    encode_json([{"id": o.id, "label": o.label} for o in i.options]),
+                    i.allow_free_text, encode_json(list(i.waits_on)), to_db(i.requested_at),
+                    None if i.answered_at is None else to_db(i.answered_at),
+                    None if i.answered_at is None else encode_json(i.answers), i.answered_by,
+                ],
+            )  # fmt: skip
             return self._fetch_interaction(i.id)
 
         def job() -> Interaction:
@@ -348,6 +421,14 @@ class DuckDBStore(Questions):
         stored = await self._call(job)
         self.doorbell.ring(node_key(i.run_id, i.node_id))
         return stored
+
+    def _fetch_interaction(self, interaction_id: str) -> Interaction:
+        row = self._con.execute(
+            f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE id = ?", [interaction_id]
+        ).fetchone()
+        if row is None:
+            raise NotFoundError("interaction", interaction_id)
+        return interaction_from_row(row)
 
     async def get_interaction(self, interaction_id: str) -> Interaction:
         known = self.mirror.get(interaction_id)
@@ -364,7 +445,7 @@ class DuckDBStore(Questions):
     ) -> list[Interaction]:
         if self.closed:
             raise StoreError(f"the run store {self.path} is closed")
-        return self.mirror.pending(run_id, node_id, kind, now=self._clock())
+        return self.mirror.pending(run_id, node_id, kind)
 
     async def interactions(self, run_id: str) -> list[Interaction]:
         known = self.mirror.of_run(run_id)
@@ -414,11 +495,9 @@ class DuckDBStore(Questions):
             # On the worker, so answers are decided one at a time: the first
             # takes the question out of the pending set, later ones find it gone.
             current = self.mirror.take_pending(interaction_id)
-            if current is None:  # answered already, ended, or unknown: the file says which
-                raise lifecycle.not_pending(self._fetch_interaction(interaction_id))
-            if current.due(now):  # an answer at (or after) the expiry instant: too late
-                self.mirror.give_back(current)
-                raise lifecycle.not_pending(self._expire_now(current))
+            if current is None:  # answered already, or unknown: the file says which
+                known = self._fetch_interaction(interaction_id)
+                raise AlreadyAnsweredError(interaction_id, known.answers)
             try:
                 result = self._transaction(lambda: body(current))
             except BaseException:
@@ -429,11 +508,7 @@ class DuckDBStore(Questions):
                 self.mirror.queued(result.message)
             return result
 
-        try:
-            result = await self._call(job)
-        except QuestionClosedError:
-            self.doorbell.ring(interaction_id)  # nothing else rang for an expiry found here
-            raise
+        result = await self._call(job)
         self.doorbell.ring(node_key(result.interaction.run_id, result.interaction.node_id))
         return result
 

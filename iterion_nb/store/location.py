@@ -8,8 +8,10 @@ never taken for a path, so no stray local directory appears.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -81,11 +83,58 @@ def resolve_store_path(path: str | os.PathLike[str] | None = None) -> Path:
         raise StoreError(
             f"the store {mask_url(url)} is a URL, not a DuckDB path: open it with open_store()"
         )
-    chosen = os.fspath(path) if path is not None else os.environ.get(STORE_ENV) or DEFAULT_DIR
-    target = Path(chosen).expanduser()
+    target = _chosen(path)
     if target.suffix != ".duckdb":
         target = target / DEFAULT_FILE
     return target.absolute()
+
+
+def _chosen(path: str | os.PathLike[str] | None) -> Path:
+    chosen = os.fspath(path) if path is not None else os.environ.get(STORE_ENV) or DEFAULT_DIR
+    return Path(chosen).expanduser()
+
+
+def names_store_dir(path: str | os.PathLike[str] | None = None) -> bool:
+    """Whether the store is named by its directory (``.iterion``, a path not ending ``.duckdb``)."""
+    return _chosen(path).suffix != ".duckdb"
+
+
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, each mode 0700 (none is followed if a link).
+
+    Directories that exist are left as they are.
+    """
+    missing: list[Path] = []
+    current = directory
+    while not os.path.lexists(current) and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            continue  # made meanwhile by someone else: not ours to change
+        os.chmod(folder, 0o700)  # whatever the umask: we made it
+
+
+def tighten_store_dir(directory: Path, store_name: str) -> None:
+    """Make a store's own directory 0700 if it is this user's and holds only the store's files.
+
+    A directory that holds anything else is someone's folder, not the
+    store's: it is left alone, as is one reached through a link.
+    """
+    try:
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            return
+        if not info.st_mode & 0o077:
+            return
+        names = os.listdir(directory)
+    except OSError:
+        return
+    if all(n.startswith((store_name, f".{store_name}")) for n in names):
+        with contextlib.suppress(OSError):
+            os.chmod(directory, 0o700)
 
 
 def open_url_store(url: str, **options: Any) -> Store:
