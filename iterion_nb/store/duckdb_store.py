@@ -36,13 +36,14 @@ from typing import Any
 import duckdb
 
 from iterion_nb.errors import (
-    AlreadyAnsweredError,
     ConflictError,
     NotFoundError,
+    QuestionClosedError,
     StoreError,
     StoreFileError,
     StoreLockedError,
 )
+from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import Doorbell, node_key
 from iterion_nb.runtime.records import (
     AnswerResult,
@@ -58,12 +59,14 @@ from iterion_nb.runtime.records import (
     utcnow,
 )
 from iterion_nb.store.duckdb_base import SEP
-from iterion_nb.store.duckdb_copy import RunCopies
 from iterion_nb.store.duckdb_mirror import Mirror
+from iterion_nb.store.duckdb_questions import Questions
 from iterion_nb.store.duckdb_rows import (
     INTERACTION_COLUMNS,
+    INTERACTION_VALUES,
     MESSAGE_COLUMNS,
     interaction_from_row,
+    interaction_params,
     message_from_row,
     to_db,
 )
@@ -215,7 +218,7 @@ def _prepare_file(target: Path, dedicated: bool) -> None:
 def _load_pending(con: duckdb.DuckDBPyConnection) -> list[Interaction]:
     rows = con.execute(
         f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE answered_at IS NULL"
-        " ORDER BY requested_at, n"
+        " AND ended IS NULL ORDER BY requested_at, n"
     ).fetchall()
     return [interaction_from_row(row) for row in rows]
 
@@ -275,7 +278,7 @@ def open_duckdb_store(
         return store
 
 
-class DuckDBStore(RunCopies):
+class DuckDBStore(Questions):
     """A Store in one DuckDB file. Create with :func:`open_duckdb_store`."""
 
     def __init__(
@@ -400,17 +403,9 @@ class DuckDBStore(RunCopies):
             if self._con.execute("SELECT 1 FROM interactions WHERE id = ?", [i.id]).fetchone():
                 raise ConflictError(f"interaction '{i.id}' already exists")
             self._con.execute(
-                f"INSERT INTO interactions ({INTERACTION_COLUMNS})"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    i.id, i.run_id, i.node_id, i.branch_id, i.kind,
-                    encode_json(list(i.questions)),
-                    encode_json([{"id": o.id, "label": o.label} for o in i.options]),
-                    i.allow_free_text, encode_json(list(i.waits_on)), to_db(i.requested_at),
-                    None if i.answered_at is None else to_db(i.answered_at),
-                    None if i.answered_at is None else encode_json(i.answers), i.answered_by,
-                ],
-            )  # fmt: skip
+                f"INSERT INTO interactions ({INTERACTION_COLUMNS}) VALUES ({INTERACTION_VALUES})",
+                interaction_params(i),
+            )
             return self._fetch_interaction(i.id)
 
         def job() -> Interaction:
@@ -421,14 +416,6 @@ class DuckDBStore(RunCopies):
         stored = await self._call(job)
         self.doorbell.ring(node_key(i.run_id, i.node_id))
         return stored
-
-    def _fetch_interaction(self, interaction_id: str) -> Interaction:
-        row = self._con.execute(
-            f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE id = ?", [interaction_id]
-        ).fetchone()
-        if row is None:
-            raise NotFoundError("interaction", interaction_id)
-        return interaction_from_row(row)
 
     async def get_interaction(self, interaction_id: str) -> Interaction:
         known = self.mirror.get(interaction_id)
@@ -445,7 +432,7 @@ class DuckDBStore(RunCopies):
     ) -> list[Interaction]:
         if self.closed:
             raise StoreError(f"the run store {self.path} is closed")
-        return self.mirror.pending(run_id, node_id, kind)
+        return self.mirror.pending(run_id, node_id, kind, now=self._clock())
 
     async def interactions(self, run_id: str) -> list[Interaction]:
         known = self.mirror.of_run(run_id)
@@ -495,9 +482,11 @@ class DuckDBStore(RunCopies):
             # On the worker, so answers are decided one at a time: the first
             # takes the question out of the pending set, later ones find it gone.
             current = self.mirror.take_pending(interaction_id)
-            if current is None:  # answered already, or unknown: the file says which
-                known = self._fetch_interaction(interaction_id)
-                raise AlreadyAnsweredError(interaction_id, known.answers)
+            if current is None:  # answered already, ended, or unknown: the file says which
+                raise lifecycle.not_pending(self._fetch_interaction(interaction_id))
+            if current.due(now):  # an answer at (or after) the expiry instant: too late
+                self.mirror.give_back(current)
+                raise lifecycle.not_pending(self._expire_now(current))
             try:
                 result = self._transaction(lambda: body(current))
             except BaseException:
@@ -508,7 +497,11 @@ class DuckDBStore(RunCopies):
                 self.mirror.queued(result.message)
             return result
 
-        result = await self._call(job)
+        try:
+            result = await self._call(job)
+        except QuestionClosedError:
+            self.doorbell.ring(interaction_id)  # nothing else rang for an expiry found here
+            raise
         self.doorbell.ring(node_key(result.interaction.run_id, result.interaction.node_id))
         return result
 
