@@ -20,7 +20,7 @@ import distributed
 from iterion_nb.errors import IterionError
 from iterion_nb.runtime.answers import ready_to_resume
 from iterion_nb.runtime.ports import Store
-from iterion_nb.runtime.records import Run, RunStatus
+from iterion_nb.runtime.records import Interaction, Run
 from iterion_nb.session.cluster import EXECUTOR, SCAN_INTERVAL, log, submit_resume, worker_store
 
 
@@ -85,42 +85,74 @@ class RunWatcher(distributed.WorkerPlugin):
         bell = store.doorbell  # type: ignore[attr-defined]
         loop = asyncio.get_running_loop()
         last_scan = 0.0
+        scan: asyncio.Task[None] | None = None
         assert self._stop is not None
-        while not self._stop.is_set():
-            with bell.arm() as ticket:
-                keys = {key.partition("/")[0] for key in rung}  # a node's ring: its run
-                rung.clear()
-                try:
-                    if loop.time() - last_scan >= self.scan_interval:
-                        last_scan = loop.time()
-                        await self._scan(store, client)
-                    for run_id in keys:
-                        await self._consider(store, client, run_id)
-                except Exception as err:  # the store or scheduler is away: look again later
-                    log.warning("iterion_nb watcher: %s", err)
-                await ticket.wait(timeout=min(1.0, self.scan_interval))
+        try:
+            while not self._stop.is_set():
+                with bell.arm() as ticket:
+                    keys = {key.partition("/")[0] for key in rung}  # a node's ring: its run
+                    rung.clear()
+                    try:
+                        # a parked run's question that expires releases it: expiring rings it
+                        await store.expire_due()
+                        due = loop.time() - last_scan >= self.scan_interval or "*" in keys
+                        if due and (scan is None or scan.done()):
+                            # a task of its own: a ring never waits behind a long scan
+                            last_scan = loop.time()
+                            scan = asyncio.ensure_future(self._scan_logged(store, client))
+                        for run_id in keys - {"*"}:
+                            await self._consider(store, client, run_id)
+                    except Exception as err:  # the store or scheduler is away: look again later
+                        log.warning("iterion_nb watcher: %s", err)
+                    await ticket.wait(timeout=min(1.0, self.scan_interval))
+        finally:
+            if scan is not None:
+                scan.cancel()
+
+    async def _scan_logged(self, store: Store, client: Any) -> None:
+        try:
+            await self._scan(store, client)
+        except Exception as err:
+            log.warning("iterion_nb watcher: %s", err)
 
     async def _scan(self, store: Store, client: Any) -> None:
-        statuses: tuple[RunStatus, ...] = ("interrupted", "paused_waiting_human")
-        for status in statuses:
-            for run in await store.list_runs(status=status, limit=100_000):
-                await self._go_on(store, client, run)
+        """Every cluster run that can go on, at a cost independent of how many are parked.
+
+        One query for the open questions decides which paused runs have all
+        their answers (not one look per parked run).
+        """
+        open_ = {q.id: q for q in await store.pending_interactions()}
+        for run in await store.list_runs(status="interrupted", limit=100_000):
+            await self._go_on(store, client, run, checked=True)
+        for run in await store.list_runs(status="paused_waiting_human", limit=100_000):
+            ours = run.launch.get("executor") == EXECUTOR and run.lease is None
+            if ours and _answered(run, open_):
+                await self._go_on(store, client, run, checked=True)
 
     async def _consider(self, store: Store, client: Any, run_id: str) -> None:
-        if run_id == "*":
-            await self._scan(store, client)
-            return
         with contextlib.suppress(IterionError):
             await self._go_on(store, client, await store.get_run(run_id))
 
-    async def _go_on(self, store: Store, client: Any, run: Run) -> None:
+    async def _go_on(self, store: Store, client: Any, run: Run, checked: bool = False) -> None:
         if run.launch.get("executor") != EXECUTOR or run.lease is not None:
             return
-        if run.status == "paused_waiting_human" and not await ready_to_resume(store, run):
+        paused = run.status == "paused_waiting_human"
+        if paused and not checked and not await ready_to_resume(store, run):
             return
         if run.status not in ("interrupted", "paused_waiting_human"):
             return
         await submit_resume(client, self.store_spec, run)
+
+
+def _answered(run: Run, open_: dict[str, Interaction]) -> bool:
+    """Whether nothing a paused run waits on is open (an ``await`` pause: its questions)."""
+    for iid in (run.checkpoint or {}).get("waiting_on", []):
+        question = open_.get(iid)
+        if question is None:
+            continue
+        if question.kind != "await" or any(w in open_ for w in question.waits_on):
+            return False
+    return True
 
 
 def dask_setup(worker: Any) -> None:
