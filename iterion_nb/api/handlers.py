@@ -1,20 +1,27 @@
 """The REST handlers (tornado). One set, mounted wherever the API is served.
 
 Errors are JSON ``{"code", "message"}`` with a proper status: 400 bad
-request, 401 missing or wrong token, 404 unknown run or question, 409
-conflict (answered already, not resumable), 422 an answer that cannot be
-recorded. A user mistake never becomes a 500 or a partial write.
+request, 401 missing or wrong token, 404 unknown route, run or question,
+409 conflict (answered already, not resumable), 413 too large, 422 an
+answer that cannot be recorded. Whatever a client sends, the answer is a
+2xx or a 4xx: a request body is parsed strictly (UTF-8, no lone surrogates,
+no NaN or infinities, integers within 64 bits, at most :data:`MAX_DEPTH`
+levels), and no message carries a filesystem path or a database's text.
+An unexpected failure is a 500 with a generic message, logged as one line.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import tornado.web
 
+from iterion_nb.api.errlog import ERRORS
 from iterion_nb.api.service import ID, RunService, event_json, interaction_json, run_json
 from iterion_nb.errors import (
     AlreadyAnsweredError,
@@ -26,10 +33,18 @@ from iterion_nb.errors import (
     QuestionClosedError,
     ResumeError,
     RunOwnedError,
+    StoreError,
 )
 
 #: Request bodies larger than this are refused (answers are at most 64 KB).
 MAX_BODY = 256 * 1024
+#: Deepest nesting of arrays and objects accepted in a request body.
+MAX_DEPTH = 64
+#: Integers in a request body must lie in [-2**63, 2**63).
+INT_BOUND = 2**63
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# an absolute path in a message: two or more segments from the root (or from ~)
+_PATH = re.compile(r"(?<![\w:/.-])~?(?:/[\w.~+@%=,-]+){2,}/?")
 
 
 class ApiError(Exception):
@@ -53,6 +68,12 @@ class BaseHandler(tornado.web.RequestHandler):
         self.api_token = token
 
     def prepare(self) -> None:
+        stopping = self.settings.get("iterion_stopping")
+        if stopping is not None and stopping():
+            # A request on a kept-alive connection after stop(): as for a new
+            # connection, nobody answers, so the client looks for the file's next holder.
+            self.request.connection.close()  # type: ignore[union-attr]
+            raise tornado.web.Finish()
         tracker = self.settings.get("iterion_in_flight")
         if tracker is not None:
             tracker.started()
@@ -61,7 +82,9 @@ class BaseHandler(tornado.web.RequestHandler):
             return
         header = self.request.headers.get("Authorization", "")
         given = header[7:] if header.startswith("Bearer ") else ""
-        if not given or not hmac.compare_digest(given, self.api_token):
+        # as bytes: compare_digest refuses str with non-ASCII characters
+        sent = given.encode("utf-8", "surrogateescape")
+        if not given or not hmac.compare_digest(sent, self.api_token.encode()):
             self._fail(ApiError(401, "unauthorized", "missing or wrong bearer token"))
 
     def on_finish(self) -> None:
@@ -80,32 +103,53 @@ class BaseHandler(tornado.web.RequestHandler):
         super().check_xsrf_cookie()
 
     def _fail(self, err: ApiError) -> None:
+        if self._finished:
+            return
         self.set_status(err.status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"code": err.code, "message": str(err), **err.extra}))
+        body = {"code": err.code, "message": scrub(str(err)), **err.extra}
+        self.finish(json.dumps(body, ensure_ascii=False, default=str).encode("utf-8", "replace"))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        reason = self._reason if status_code < 500 else "internal error"
+        """Tornado's own refusals (405, a path that is not UTF-8, …) and 500s, as JSON."""
+        if status_code >= 500:
+            code, message = "internal_error", "internal error (logged by the server)"
+        else:
+            code, message = "http_error", self._reason
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"code": "http_error", "message": reason}))
+        self.finish(json.dumps({"code": code, "message": message}))
+
+    def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
+        """One line per unexpected error, through the bounded log (never a traceback here)."""
+        if isinstance(value, tornado.web.HTTPError):
+            return  # a refusal (405, bad unicode in the URL): the client's business
+        where = f"{self.request.method} {self.request.path[:200]}"
+        ERRORS.line(f"500 {where}: {typ.__name__ if typ else 'error'}: {scrub(str(value))}")
 
     def reply(self, payload: dict[str, Any]) -> None:
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(payload, ensure_ascii=False, default=str))
 
     def body(self) -> dict[str, Any]:
-        """The JSON object sent (400 when it is not one)."""
+        """The JSON object sent (400 when it is not one, 413 when too large)."""
         if len(self.request.body) > MAX_BODY:
             raise ApiError(413, "too_large", f"request body over {MAX_BODY} bytes")
-        try:
-            data = json.loads(self.request.body or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ApiError(400, "bad_json", f"request body is not JSON: {err}") from None
+        data = parse_json(self.request.body or b"{}")
         if not isinstance(data, dict):
             raise ApiError(400, "bad_request", "request body must be a JSON object")
         return data
 
-    async def guarded(self, action: Callable[[], Awaitable[None]], *ids: str) -> None:  # noqa: C901
+    def whole_number(self, name: str, default: int) -> int:
+        """A query argument that must be a whole number in [0, 2**63)."""
+        text = self.get_query_argument(name, None)
+        if text is None:
+            return default
+        text = text.strip()
+        if not text.isdigit() or not text.isascii() or len(text) > 19 or int(text) >= INT_BOUND:
+            raise ApiError(400, "bad_request", f"{name} must be a whole number (0 or more)")
+        return int(text)
+
+    async def guarded(self, action: Callable[[], Awaitable[None]], *ids: str) -> None:
         """Run ``action``, translating our errors into JSON responses."""
         try:
             for ident in ids:
@@ -114,27 +158,41 @@ class BaseHandler(tornado.web.RequestHandler):
             await action()
         except ApiError as err:
             self._fail(err)
-        except NotFoundError as err:
-            self._fail(ApiError(404, "not_found", str(err), kind=err.kind, key=err.key))
-        except AlreadyAnsweredError as err:
-            self._fail(ApiError(409, "already_answered", str(err), existing=err.existing,
-                                interaction_id=err.interaction_id))  # fmt: skip
-        except RunOwnedError as err:
-            owner = {"pid": err.pid, "host": err.host, "since": err.since.isoformat()}
-            self._fail(ApiError(409, "run_owned", str(err), run_id=err.run_id, owner=owner))
-        except LeaseLostError as err:
-            self._fail(ApiError(409, "lease_lost", str(err), run_id=err.run_id))
-        except QuestionClosedError as err:  # 410 Gone: expired, or retracted by its asker
-            self._fail(ApiError(410, err.ended, str(err), interaction_id=err.interaction_id,
-                                reason=err.reason))  # fmt: skip
-        except ResumeError as err:
-            self._fail(ApiError(409, "not_resumable", str(err)))
-        except ConflictError as err:
-            self._fail(ApiError(409, "conflict", str(err)))
-        except InvalidAnswerError as err:
-            self._fail(ApiError(422, "invalid_answer", str(err)))
         except IterionError as err:
-            self._fail(ApiError(400, "bad_request", str(err)))
+            refused = api_error(err)
+            if refused.code == "store_refused":
+                ERRORS.line(f"{self.request.method} {self.request.path[:200]}: {scrub(str(err))}")
+            self._fail(refused)
+
+
+def api_error(err: IterionError) -> ApiError:
+    """Our error as the API's: its status, code and the fields a client needs."""
+    if isinstance(err, NotFoundError):
+        return ApiError(404, "not_found", str(err), kind=err.kind, key=err.key)
+    if isinstance(err, AlreadyAnsweredError):
+        return ApiError(409, "already_answered", str(err), existing=err.existing,
+                        interaction_id=err.interaction_id)  # fmt: skip
+    if isinstance(err, RunOwnedError):
+        owner = {"pid": err.pid, "host": err.host, "since": err.since.isoformat()}
+        return ApiError(409, "run_owned", str(err), run_id=err.run_id, owner=owner)
+    if isinstance(err, LeaseLostError):
+        return ApiError(409, "lease_lost", str(err), run_id=err.run_id)
+    if isinstance(err, QuestionClosedError):  # 410 Gone: expired, or retracted by its asker
+        return ApiError(410, err.ended, str(err), interaction_id=err.interaction_id,
+                        reason=err.reason)  # fmt: skip
+    simple: tuple[tuple[type[IterionError], int, str], ...] = (
+        (ResumeError, 409, "not_resumable"),
+        (ConflictError, 409, "conflict"),
+        (InvalidAnswerError, 422, "invalid_answer"),
+    )
+    for kind, status, code in simple:
+        if isinstance(err, kind):
+            return ApiError(status, code, str(err))
+    cause = err.__cause__
+    if isinstance(err, StoreError) and cause is not None and not isinstance(cause, IterionError):
+        # the database refused: its text (SQL, paths) is not for the client
+        return ApiError(400, "store_refused", "the store could not apply this request")
+    return ApiError(400, "bad_request", str(err))
 
 
 class RunsHandler(BaseHandler):
@@ -143,10 +201,7 @@ class RunsHandler(BaseHandler):
     async def get(self) -> None:
         async def act() -> None:
             status = self.get_query_argument("status", None)
-            try:
-                limit = int(self.get_query_argument("limit", "100"))
-            except ValueError:
-                raise ApiError(400, "bad_request", "limit must be a whole number") from None
+            limit = self.whole_number("limit", 100)
             runs = await self.service.list_runs(status, max(1, min(limit, 1000)))
             self.reply({"runs": [run_json(r) for r in runs]})
 
@@ -168,10 +223,7 @@ class EventsHandler(BaseHandler):
 
     async def get(self, run_id: str) -> None:
         async def act() -> None:
-            try:
-                after = int(self.get_query_argument("after", "0"))
-            except ValueError:
-                raise ApiError(400, "bad_request", "after must be a whole number") from None
+            after = self.whole_number("after", 0)
             events = await self.service.events(run_id, after)
             self.reply({"events": [event_json(e) for e in events]})
 
@@ -272,6 +324,81 @@ class CancelHandler(BaseHandler):
             self.reply({"status": await self.service.cancel(run_id)})
 
         await self.guarded(act, run_id)
+
+
+class NotFoundHandler(BaseHandler):
+    """Any route the API does not have: a JSON 404 (after the token check)."""
+
+    def initialize(self, service: Any = None, token: str | None = None) -> None:
+        super().initialize(service, token)
+
+    def prepare(self) -> None:
+        super().prepare()
+        if not self._finished:
+            self._fail(ApiError(404, "not_found", "no such route"))
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: UTF-8, no lone surrogates, no NaN or infinities, bounded numbers and depth.
+
+    Raises:
+        ApiError: 400 ``bad_json`` (or ``too_deep``) saying what is wrong.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ApiError(400, "bad_json", f"request body is not UTF-8 (byte {err.start})") from None
+    try:
+        data = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except RecursionError:
+        raise ApiError(400, "too_deep", f"request body nests deeper than {MAX_DEPTH}") from None
+    except json.JSONDecodeError as err:
+        raise ApiError(
+            400, "bad_json", f"request body is not JSON: {err.msg} (line {err.lineno},"
+            f" column {err.colno})"
+        ) from None  # fmt: skip
+    _check_tree(data)
+    return data
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or not -INT_BOUND <= int(text) < INT_BOUND:
+        raise ApiError(400, "bad_json", "a number in the request body is out of range (64 bits)")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ApiError(400, "bad_json", "a number in the request body is out of range")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise ApiError(400, "bad_json", f"request body is not JSON: {text} is not a JSON value")
+
+
+def _check_tree(data: Any) -> None:
+    """Depth and text of a parsed body, without recursion."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise ApiError(400, "bad_json", "request body holds a lone surrogate (not UTF-8)")
+        elif isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise ApiError(400, "too_deep", f"request body nests deeper than {MAX_DEPTH}")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    raise ApiError(400, "bad_json", "request body holds a lone surrogate")
+                stack.append((item, depth + 1))
+
+
+def scrub(message: str) -> str:
+    """A message without filesystem paths (shown as ``<path>``), cut to a sane length."""
+    return _PATH.sub("<path>", message)[:2000]
 
 
 def routes(

@@ -5,7 +5,11 @@ ephemeral port) with a random bearer token, and publishes ``{pid, url,
 token}`` in ``<store>.holder.json`` beside the database, mode 0600, removed
 on a clean exit. The server runs on its own thread and event loop, so it
 answers even while the holder's loop is busy; each call is handed to the
-loop that runs the workflows.
+loop that runs the workflows. ``GET /api/store/hello`` lets a client check,
+before it sends the token, that this server holds the store it means
+(:mod:`iterion_nb.store.holder_file`). What the server logs goes through a
+bounded, rate-limited queue (:mod:`iterion_nb.api.errlog`): a stderr nobody
+reads never stalls it.
 """
 
 from __future__ import annotations
@@ -13,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import json
-import logging
 import os
 import secrets
 import threading
@@ -26,14 +28,23 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from iterion_nb.api.handlers import MAX_BODY, routes
+from iterion_nb.api.errlog import forget_this_thread, reroute_this_thread
+from iterion_nb.api.handlers import MAX_BODY, NotFoundHandler, routes
 from iterion_nb.api.service import RunService
 from iterion_nb.api.store_rpc import store_routes
 from iterion_nb.errors import ResumeError, RunError
 from iterion_nb.runtime.answers import AnswerService
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import RUN_STATUSES
-from iterion_nb.store.holder_file import HolderInfo, find_holder, holder_file
+from iterion_nb.store.holder_file import (
+    HolderInfo,
+    file_identity,
+    find_holder,
+    holder_file,
+    holder_proof,
+    publish_holder_file,
+    unpublish_holder_file,
+)
 from iterion_nb.store.remote import open_store
 
 
@@ -70,11 +81,7 @@ class InFlight:
 
 
 def _log_request(handler: tornado.web.RequestHandler) -> None:
-    """Access log: only server errors (4xx answers are the client's business)."""
-    if handler.get_status() >= 500:
-        logging.getLogger("iterion_nb.holder").error(
-            "%d %s", handler.get_status(), handler._request_summary()
-        )
+    """Access log: nothing (a 500 was logged once, as one line, where it happened)."""
 
 
 class Holder:
@@ -98,6 +105,8 @@ class Holder:
         self._error: BaseException | None = None
         self._in_flight = InFlight()
         self._stopping: asyncio.Task[None] | None = None
+        self._identity = file_identity(db_path)
+        self._address = ""
 
     def start(self) -> Holder:
         """Start serving and publish the holder file."""
@@ -118,14 +127,33 @@ class Holder:
         """Answer the run routes through ``service`` from now on (same loop)."""
         self._service._service = service
 
+    def hello(self, nonce: str) -> dict[str, Any]:
+        """The answer to ``GET /api/store/hello``: the proof that this server holds the store."""
+        proof = holder_proof(self.token, nonce, os.getpid(), self._address, self._identity)
+        return {"service": "iterion-nb holder", "pid": os.getpid(), "proof": proof}
+
     def _serve(self) -> None:
+        reroute_this_thread()
+        try:
+            self._run_server()
+        finally:
+            forget_this_thread()
+
+    def _run_server(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
         try:
-            table = routes(self._service, self.token) + store_routes(self._store, self.token)  # type: ignore[arg-type]
+            table = routes(self._service, self.token) + store_routes(  # type: ignore[arg-type]
+                self._store, self.token, hello=self.hello
+            )
             app = tornado.web.Application(
-                table, iterion_in_flight=self._in_flight, log_function=_log_request
+                table,
+                iterion_in_flight=self._in_flight,
+                iterion_stopping=lambda: self._stopping is not None,
+                log_function=_log_request,
+                default_handler_class=NotFoundHandler,
+                default_handler_args={"token": self.token},
             )
             # Bodies up to 4x the limit reach the handler, which answers 413 in JSON;
             # beyond that tornado drops the connection without reading it all.
@@ -134,7 +162,8 @@ class Holder:
             server.add_sockets(sockets)
             self._server = server
             port = sockets[0].getsockname()[1]
-            self.url = f"http://127.0.0.1:{port}"
+            self._address = f"127.0.0.1:{port}"
+            self.url = f"http://{self._address}"
         except BaseException as err:  # reported by start()
             self._error = err
             self._ready.set()
@@ -144,19 +173,10 @@ class Holder:
         loop.close()
 
     def _publish(self) -> None:
-        path = holder_file(self.db_path)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump({"pid": os.getpid(), "url": self.url, "token": self.token}, handle)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        publish_holder_file(self.db_path, HolderInfo(os.getpid(), self.url, self.token))
 
     def _unpublish(self) -> None:
-        path = holder_file(self.db_path)
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(path.read_text()).get("pid") == os.getpid():
-                path.unlink()
+        unpublish_holder_file(self.db_path, os.getpid())
 
     def stop(self) -> None:
         """Remove the holder file, stop accepting, answer the requests in flight, then stop.

@@ -6,19 +6,32 @@ is one request to ``POST /api/store/{method}``; the holder runs it on its
 own store. ``write_batch`` applies a batch of events and checkpoints in one
 request. ``GET /api/store/rings`` streams the holder's doorbell to the
 client (one JSON line per ring), so its waiters wake at once.
+
+Every call is checked against the Store protocol's signature and types
+before it reaches the store (records field by field, text without U+0000,
+times with a zone), so a malformed call is a 400 that names the argument,
+never a half-applied write or a database error. ``GET /api/store/hello``
+(no token) is how a client checks a holder before trusting it
+(:mod:`iterion_nb.store.holder_file`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import tornado.iostream
+import tornado.web
 
+from iterion_nb.api.errlog import ERRORS
 from iterion_nb.api.handlers import ApiError, BaseHandler
+from iterion_nb.api.rpc_check import checked_call
+from iterion_nb.errors import IterionError
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store.codec import decode, encode
+from iterion_nb.store.holder_file import NONCE
 from iterion_nb.store.remote import write_batch
 
 #: The Store methods reachable over HTTP.
@@ -48,18 +61,27 @@ class StoreRpcHandler(BaseHandler):
             if method not in METHODS:
                 raise ApiError(404, "not_found", f"no store method '{method[:80]}'")
             data = self.body()
-            args = decode(data.get("args", []))
-            kwargs = decode(data.get("kwargs", {}))
+            args, kwargs = data.get("args", []), data.get("kwargs", {})
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise ApiError(400, "bad_request", "args must be a list and kwargs an object")
             try:
+                args, kwargs = decode(args), decode(kwargs)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise ApiError(400, "bad_request", f"{method}: a malformed record") from None
+            call = checked_call(method, args, kwargs)
+            try:
                 result: Any = None
                 if method == "write_batch":
-                    await write_batch(self.store, *args, **kwargs)
+                    await write_batch(self.store, *call.args)
                 else:
-                    result = await getattr(self.store, method)(*args, **kwargs)
-            except (TypeError, ValueError) as err:
-                raise ApiError(400, "bad_request", f"{method}: {err}") from None
+                    result = await getattr(self.store, method)(*call.args, **call.kwargs)
+            except IterionError:
+                raise
+            except Exception as err:  # checked, yet refused: say so without the store's text
+                ERRORS.line(f"store.{method} refused a checked call: {type(err).__name__}")
+                raise ApiError(
+                    400, "store_refused", f"{method}: the store could not apply this call"
+                ) from None
             self.reply({"result": encode(result)})
 
         await self.guarded(act)
@@ -120,12 +142,39 @@ class RingsHandler(BaseHandler):
             unsubscribe()
 
 
+class HelloHandler(tornado.web.RequestHandler):
+    """``GET /api/store/hello?nonce=HEX``, no token: the holder proves it holds this store."""
+
+    def initialize(self, hello: Callable[[str], dict[str, Any]]) -> None:
+        self._hello = hello
+
+    def get(self) -> None:
+        nonce = self.get_query_argument("nonce", "")
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        if not NONCE.match(nonce):
+            self.set_status(400)
+            self.finish({"code": "bad_request", "message": "nonce must be 32 to 128 hex digits"})
+            return
+        self.finish(json.dumps(self._hello(nonce)))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.finish({"code": "http_error", "message": self._reason})
+
+
 def store_routes(
-    store: Store, token: str | None, prefix: str = ""
-) -> list[tuple[str, type[BaseHandler], dict[str, Any]]]:
-    """The store RPC route and the rings stream."""
+    store: Store,
+    token: str | None,
+    prefix: str = "",
+    hello: Callable[[str], dict[str, Any]] | None = None,
+) -> list[tuple[str, Any, dict[str, Any]]]:
+    """The store RPC route, the rings stream, and (from a holder) the hello."""
     args = {"service": None, "token": token, "store": store}
+    table: list[tuple[str, Any, dict[str, Any]]] = []
+    if hello is not None:
+        table.append((prefix + r"/api/store/hello", HelloHandler, {"hello": hello}))
     return [
+        *table,
         (prefix + r"/api/store/rings", RingsHandler, args),
         (prefix + r"/api/store/([a-z_]+)", StoreRpcHandler, args),
     ]

@@ -7,6 +7,7 @@ User mistakes are printed as messages on stderr, never as tracebacks.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import sys
 from collections.abc import Sequence
@@ -123,6 +124,10 @@ def main(
     except FileNotFoundError as problem:
         stderr.write(f"iterion-nb: {problem.filename}: no such file\n")
         return EXIT_USAGE
+    except (OSError, http.client.HTTPException) as problem:
+        # the last net under talking to a store holder: a lost connection is a message
+        stderr.write(f"iterion-nb: {problem or type(problem).__name__}\n")
+        return EXIT_INVALID
     except CompileError as problem:
         stderr.write(f"{problem}\n")
         return EXIT_INVALID

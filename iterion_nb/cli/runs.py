@@ -1,8 +1,11 @@
 """``iterion-nb run | runs … | resume | cancel | report``: through a live holder, or on the file.
 
-When another process holds the store (it publishes a holder file), commands
-go through its REST API; otherwise this process opens the DuckDB file
-itself. ``run`` and ``resume`` run the workflow here, in the foreground, as
+When another process holds the store (it publishes a holder file, and
+proves on loopback that it holds the store), commands go through its REST
+API; otherwise this process opens the DuckDB file itself. A holder that
+dies, hangs or answers nonsense mid-command is not a traceback: the command
+goes on against the file (or the holder's successor), or says what
+happened and exits non-zero. ``run`` and ``resume`` run the workflow here, in the foreground, as
 the run's owner — against the file (serving its API meanwhile, so other
 processes can answer) or, when another process holds it (a kernel, the
 Jupyter server), through that holder.
@@ -20,7 +23,7 @@ from typing import Any, TextIO
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.service import event_json, interaction_json, run_json
 from iterion_nb.cli.store_copy import add_store_commands, copied_lines, store_copy
-from iterion_nb.errors import IterionError, RunOwnedError
+from iterion_nb.errors import AlreadyAnsweredError, IterionError, RunOwnedError
 from iterion_nb.ir import compile_file
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
@@ -102,23 +105,27 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 # -- clients ---------------------------------------------------------------------
 class Unreachable(Exception):  # noqa: N818 - a condition, handled by working on the file
-    """The holder did not answer (it died or is stopping)."""
+    """The holder did not answer (it died, is stopping or hangs) or is not one."""
 
 
 class HttpClient:
     """Talks to the holder's REST API; an error response becomes a CliError with its message."""
 
-    def __init__(self, holder: HolderInfo) -> None:
-        self._client = HolderClient(holder)
+    def __init__(self, holder: HolderInfo, db_path: Path) -> None:
+        self._client = HolderClient(holder, db_path)
 
     async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One request; Unreachable when nobody answers (before anything was sent for a read)."""
+        """One request; Unreachable when no holder answered (the caller goes to the file)."""
         try:
             return await self._client.call(method, path, body)
         except HolderCallError as err:
-            if err.status == 0 and method == "GET":
+            if err.status == 0:
                 raise Unreachable(str(err)) from None
             raise CliError(str(err), EXIT_OWNED if err.code == "run_owned" else 1) from None
+
+    def close(self) -> None:
+        """Close its connections."""
+        self._client.close()
 
 
 def _session(
@@ -130,7 +137,15 @@ def _session(
         raise CliError(str(err)) from None
 
 
-async def _direct(args: argparse.Namespace, action: str) -> Any:
+async def _ours(session: Session, err: AlreadyAnsweredError, answer: Any, who: str) -> bool:
+    """Whether the recorded answer is this very answer (same value, same person)."""
+    if err.existing != json.loads(json.dumps(answer)):
+        return False
+    recorded = await session.store.get_interaction(err.interaction_id)
+    return recorded.answered_by == who
+
+
+async def _direct(args: argparse.Namespace, action: str, retried: bool = False) -> Any:
     # an answer may resume a paused run here: then this process serves the file meanwhile
     session = _session(args.store, serve=action == "answer")
     service = SessionService(session)
@@ -150,9 +165,17 @@ async def _direct(args: argparse.Namespace, action: str) -> Any:
             }
         if action == "cancel":
             return {"status": await service.cancel(args.run_id)}
-        outcome: dict[str, Any] = dict(
-            await service.answer(args.run_id, args.interaction_id, _answer(args), args.answered_by)
-        )
+        try:
+            outcome: dict[str, Any] = dict(
+                await service.answer(
+                    args.run_id, args.interaction_id, _answer(args), args.answered_by
+                )
+            )
+        except AlreadyAnsweredError as err:
+            if not (retried and await _ours(session, err, _answer(args), args.answered_by)):
+                raise
+            # the holder recorded it, then stopped before it could say so
+            return {"queued": False, "resumed": False, "recorded_before": True}
         if outcome["resumed"]:  # this process now runs the workflow until it settles
             outcome["status"] = await session.run(args.run_id).wait()
         return outcome
@@ -229,24 +252,50 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     if args.command in ("run", "resume"):
         return await _foreground(args, out)
-    # a PostgreSQL store has no holder: every process uses it directly
-    holder = None if store_url(args.store) else find_holder(resolve_store_path(args.store))
     action = args.verb if args.command == "runs" else "cancel"
     try:
-        result = None
-        if holder is not None:
-            try:
-                result = await _remote(HttpClient(holder), args, action)
-            except Unreachable:
-                holder = None  # it died: work on the file (once its lock is free)
-        if holder is None:
-            result = await _direct(args, action)
+        result, remote = await _through_holder_or_file(args, action)
     except RunOwnedError as err:
         raise CliError(str(err), EXIT_OWNED) from None
     except IterionError as err:
         raise CliError(str(err)) from None
-    _print(result, action, args.json, out)
+    if not remote:
+        _print(result, action, args.json, out)
+        return 0
+    try:
+        _print(result, action, args.json, out)
+    except _SHAPELESS:
+        raise CliError(_NOT_UNDERSTOOD) from None
     return 0
+
+
+#: What a reply of the wrong shape raises when it is read.
+_SHAPELESS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+_NOT_UNDERSTOOD = "the store holder sent a reply this command does not understand"
+
+
+async def _through_holder_or_file(args: argparse.Namespace, action: str) -> tuple[Any, bool]:
+    """Through the verified holder; when it dies, hangs or is not one, on the file.
+
+    Also says whether the result came from the holder.
+    """
+    # a PostgreSQL store has no holder: every process uses it directly
+    db = None if store_url(args.store) else resolve_store_path(args.store)
+    holder = None if db is None else await asyncio.to_thread(find_holder, db)
+    if holder is None or db is None:
+        return await _direct(args, action), False
+    client = HttpClient(holder, db)
+    try:
+        return await _remote(client, args, action), True
+    except Unreachable:
+        # It died, stopped, hangs or is not the holder: the file once its lock is
+        # free (or its successor). An answer it may have recorded before dying is
+        # recognised as ours there, not reported as a conflict.
+        return await _direct(args, action, retried=True), False
+    except _SHAPELESS:
+        raise CliError(_NOT_UNDERSTOOD) from None
+    finally:
+        client.close()
 
 
 async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
@@ -342,6 +391,8 @@ def _questions(result: Any) -> list[str]:
 
 
 def _answered(result: Any) -> list[str]:
+    if result.get("recorded_before"):
+        return ["answer recorded (by the store's holder, which stopped before it could reply)"]
     state = "queued for the agent" if result.get("queued") else "recorded"
     resumed = "; the run resumed" if result.get("resumed") else ""
     final = f"; it is now {result['status']}" if result.get("status") else ""

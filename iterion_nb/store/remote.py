@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import http.client
 import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -55,7 +54,15 @@ from iterion_nb.runtime.records import (
 )
 from iterion_nb.store.codec import decode, encode
 from iterion_nb.store.duckdb_store import open_duckdb_store
-from iterion_nb.store.holder_file import HolderInfo, alive, find_holder
+from iterion_nb.store.holder_file import (
+    HolderChannel,
+    HolderInfo,
+    UntrustedHolderError,
+    alive,
+    discard_stale_holder_file,
+    find_holder,
+    probe_holder,
+)
 from iterion_nb.store.location import open_url_store, resolve_store_path, store_url
 from iterion_nb.store.rings import RingListener
 
@@ -75,9 +82,9 @@ class HolderUnreachable(Exception):  # noqa: N818 - a condition, handled by reco
 def _raise(status: int, body: dict[str, Any]) -> None:
     code, message = body.get("code", ""), body.get("message", "")
     if code == "not_found" and "kind" in body:
-        raise NotFoundError(body["kind"], body["key"])
+        raise NotFoundError(str(body["kind"]), str(body.get("key", "")))
     if code == "already_answered":
-        raise AlreadyAnsweredError(body.get("interaction_id", ""), body.get("existing"))
+        raise AlreadyAnsweredError(str(body.get("interaction_id", "")), body.get("existing"))
     if code in ("expired", "retracted") and status == 410:
         reason = body.get("reason")
         raise QuestionClosedError(
@@ -85,8 +92,12 @@ def _raise(status: int, body: dict[str, Any]) -> None:
         )
     if code == "run_owned" and isinstance(body.get("owner"), dict):
         owner = body["owner"]
-        since = datetime.fromisoformat(str(owner.get("since")))
-        raise RunOwnedError(body.get("run_id", ""), int(owner["pid"]), str(owner["host"]), since)
+        try:
+            since = datetime.fromisoformat(str(owner.get("since")))
+            pid = int(owner["pid"])
+        except (KeyError, TypeError, ValueError):
+            raise ResumeError(str(message)) from None
+        raise RunOwnedError(str(body.get("run_id", "")), pid, str(owner.get("host")), since)
     if code == "lease_lost":
         raise LeaseLostError(body.get("run_id", ""))
     if code == "not_resumable":
@@ -142,6 +153,7 @@ class RemoteStore:
         self._batch = _Batch()
         self._rings: RingListener | None = None
         self._pending_reads: dict[str, tuple[tuple[int, Any], asyncio.Future[Any]]] = {}
+        self._channel: HolderChannel | None = None
         self.closed = False
 
     @property
@@ -156,30 +168,45 @@ class RemoteStore:
             with self._lock:
                 if self._rings is None:
                     self._rings = RingListener(
-                        lambda: self.holder, self.doorbell, lambda: self._local is None
+                        self._connection, self.doorbell, lambda: self._local is None
                     )
                     self._rings.start()
 
     # -- requests ------------------------------------------------------------
+    def _holder_channel(self) -> HolderChannel:
+        """Verified connections to the current holder (new ones when it changed)."""
+        holder = self.holder
+        with self._lock:
+            channel = self._channel
+            if channel is None or channel.holder != holder:
+                if channel is not None:
+                    channel.close()
+                channel = self._channel = HolderChannel(holder, self.path, TIMEOUT)
+        return channel
+
+    def _connection(self) -> tuple[HolderInfo, http.client.HTTPConnection]:
+        """A new verified connection to the current holder (for the rings stream)."""
+        channel = self._holder_channel()
+        return channel.holder, channel.connect()
+
     def _request(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         body = json.dumps({"args": encode(args), "kwargs": encode(kwargs)}).encode()
-        request = urllib.request.Request(
-            f"{self.holder.url}/api/store/{method}", data=body, method="POST",
-            headers={"Authorization": f"Bearer {self.holder.token}",
-                     "Content-Type": "application/json"},
-        )  # fmt: skip
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-                return decode(json.loads(response.read())["result"])
-        except urllib.error.HTTPError as err:
-            try:
-                data = json.loads(err.read() or b"{}")
-            except ValueError:
-                data = {}
-            _raise(err.code, data if isinstance(data, dict) else {})
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as err:
+            status, raw = self._holder_channel().request("POST", f"/api/store/{method}", body)
+        except UntrustedHolderError as err:  # not the holder any more (or never was)
             raise HolderUnreachable(str(err)) from None
-        return None
+        except (OSError, http.client.HTTPException) as err:
+            raise HolderUnreachable(str(err) or type(err).__name__) from None
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise HolderUnreachable(f"a garbled reply (HTTP {status})") from None
+        if status >= 400:
+            _raise(status, data if isinstance(data, dict) else {})
+        try:
+            return decode(data["result"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise HolderUnreachable(f"a garbled reply (HTTP {status})") from None
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         await self._send_batch()
@@ -235,7 +262,7 @@ class RemoteStore:
         with self._lock:
             if self._local is not None or self.holder != failed:
                 return  # another call of ours already recovered
-        successor = find_holder(self.path)
+        successor = await asyncio.to_thread(find_holder, self.path)
         if successor is not None and successor != failed:
             with self._lock:
                 self.holder = successor  # another process took over: use it
@@ -257,6 +284,7 @@ class RemoteStore:
         if raced:  # another call of ours opened it first: drop our extra handle
             await local.close()
             return
+        discard_stale_holder_file(self.path)  # we hold the file: any other holder file is stale
         self.doorbell.ring(ANY)  # waiters re-check against the file itself
         if self.on_take_over is not None:
             self.on_take_over(local)
@@ -513,6 +541,8 @@ class RemoteStore:
                     self._batch.timer = None
             if self._rings is not None:
                 self._rings.stop()
+            if self._channel is not None:
+                self._channel.close()
             if self._local is not None:
                 await self._local.close()
 
@@ -570,17 +600,21 @@ def open_store(
     target = resolve_store_path(path)
     deadline = time.monotonic() + 15
     while True:
-        holder = find_holder(target)
+        # a holder is used only once it proved, on loopback, that it holds this file
+        holder, why = probe_holder(target)
         if holder is not None:
             return RemoteStore(target, holder, on_take_over=on_take_over)
         try:
             local = open_duckdb_store(target)
-        except StoreLockedError:
+        except StoreLockedError as err:
             # a process that just opened the file publishes its holder file next
             if time.monotonic() > deadline:
+                if why is not None:
+                    err.args = (f"{err}; no usable holder: {why}",)
                 raise
             time.sleep(0.05)
             continue
+        discard_stale_holder_file(target)  # we hold the file: any other holder file is stale
         if on_open is not None:
             on_open(local)
         return local

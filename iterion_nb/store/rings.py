@@ -6,8 +6,9 @@ reads that stream and rings the local doorbell, so a waiter in this process
 (an ``await_answers`` gate, an agent's inbox, a widget) wakes the moment an
 answer commits anywhere. When the stream breaks, every waiter is rung (they
 re-check the store; nothing is lost) and the listener reconnects, to the
-holder's successor if there is one. The slow poll of every waiter stays the
-last fallback.
+holder's successor if there is one. The stream runs on a connection on
+which the holder first proved itself (:mod:`iterion_nb.store.holder_file`).
+The slow poll of every waiter stays the last fallback.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import contextlib
 import http.client
 import json
 import threading
-import urllib.parse
 from collections.abc import Callable
 
 from iterion_nb.runtime.doorbell import ANY, Doorbell
-from iterion_nb.store.holder_file import HolderInfo
+from iterion_nb.store.holder_file import HolderInfo, UntrustedHolderError
 
 #: Seconds without a line after which the stream is presumed dead.
 STALE_SECONDS = 20.0
@@ -31,11 +31,11 @@ class RingListener:
 
     def __init__(
         self,
-        holder: Callable[[], HolderInfo],
+        connect: Callable[[], tuple[HolderInfo, http.client.HTTPConnection]],
         doorbell: Doorbell,
         wanted: Callable[[], bool],
     ) -> None:
-        self._holder = holder
+        self._connect = connect
         self._doorbell = doorbell
         self._wanted = wanted
         self._stop = threading.Event()
@@ -61,9 +61,9 @@ class RingListener:
         delay = 0.05
         while not self._stop.is_set() and self._wanted():
             try:
-                self._listen(self._holder())
+                self._listen(*self._connect())
                 delay = 0.05
-            except (OSError, http.client.HTTPException, ValueError):
+            except (OSError, http.client.HTTPException, ValueError, UntrustedHolderError):
                 pass
             # the stream ended: whatever rang meanwhile is unknown, so wake everyone
             self._doorbell.ring(ANY)
@@ -71,11 +71,9 @@ class RingListener:
                 return
             delay = min(delay * 2, 1.0)
 
-    def _listen(self, holder: HolderInfo) -> None:
-        url = urllib.parse.urlsplit(holder.url)
-        connection = http.client.HTTPConnection(
-            url.hostname or "127.0.0.1", url.port, timeout=STALE_SECONDS
-        )
+    def _listen(self, holder: HolderInfo, connection: http.client.HTTPConnection) -> None:
+        if connection.sock is not None:
+            connection.sock.settimeout(STALE_SECONDS)
         self._connection = connection
         try:
             connection.request(
@@ -89,7 +87,10 @@ class RingListener:
                 line = response.readline()
                 if not line:
                     return
-                data = json.loads(line)
+                try:
+                    data = json.loads(line)
+                except RecursionError:
+                    data = None
                 key = data.get("ring") if isinstance(data, dict) else None
                 if isinstance(key, str):
                     self._doorbell.ring(key)

@@ -1,0 +1,425 @@
+"""Whatever a client sends, a holder answers 2xx or 4xx with ``{code, message}``: never a 500.
+
+A real holder process on loopback; Hypothesis generates request bodies, ids,
+query arguments and headers for every route (the ``/api/store/*`` RPC
+included, with records both plausible and malformed). Each route gets a
+bounded number of examples so the whole file runs in seconds. The inputs of
+issue 15 that crashed the API are fixed regression cases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import typing
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Literal, Union
+from urllib.parse import quote
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from iterion_nb.api.handlers import routes
+from iterion_nb.api.store_rpc import METHODS
+from iterion_nb.runtime.ports import Store
+from iterion_nb.store.codec import encode
+
+from .holders import Raw, holder_of, start_holder, stop
+
+#: Examples per route: a few hundred milliseconds each on loopback.
+EXAMPLES = 120
+STORE_EXAMPLES = 40
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+#: What a message must never show: the database's text.
+SQL = re.compile(
+    r"\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|Binder Error|Catalog Error|Conversion"
+    r" Error|Parser Error|Constraint Error|Invalid Input Error|LINE \d+:)",
+    re.IGNORECASE,
+)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Raw, Path]]:
+    folder = tmp_path_factory.mktemp("hostile")
+    db = folder / "h.duckdb"
+    proc = start_holder(db)
+    raw = Raw(holder_of(db))
+    try:
+        yield raw, folder
+    finally:
+        raw.close()
+        stop(proc)
+
+
+def check(status: int, data: bytes, folder: Path) -> Any:
+    """A 2xx or 4xx, JSON, with ``{code, message}`` on errors and nothing private in them."""
+    assert status < 500, data[:500]
+    body = json.loads(data)
+    if status >= 400:
+        assert isinstance(body, dict), body
+        assert isinstance(body.get("code"), str) and isinstance(body.get("message"), str), body
+        message = body["message"]
+        assert str(folder) not in message and "/tmp/" not in message, message
+        assert not SQL.search(message), message
+    return body
+
+
+# -- values -------------------------------------------------------------------------
+NASTY_TEXT = ["\ud800", "\udfff", "a\ud83d", "\x00", "\x1f", "", " ", "é" * 3, "9" * 5000,
+              "../../etc/passwd", "/tmp/x.duckdb", "'; DROP TABLE runs; --", "\u2028"]  # fmt: skip
+TEXT = st.one_of(st.text(st.characters(exclude_categories=()), max_size=20),
+                 st.sampled_from(NASTY_TEXT))  # fmt: skip
+LEAVES = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.integers(-(2**70), 2**70),
+    st.floats(), TEXT,
+)  # fmt: skip
+JSON = st.recursive(
+    LEAVES,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(TEXT, kids, max_size=4),
+    max_leaves=12,
+)
+
+
+def dumps(value: Any) -> bytes:
+    """JSON text as a sloppy client writes it: NaN, Infinity and surrogate escapes pass."""
+    return json.dumps(value).encode()
+
+
+FIXED = [
+    b"", b"{}", b"[]", b"null", b"0", b'"x"', b"{not json", b"\xff\xfe", b"\xed\xa0\x80",
+    b'{"answer": "\\ud800"}', b'{"answer": ' + b"9" * 5000 + b"}",
+    b'{"answer": 1e400}', b'{"answer": NaN}', b'{"answer": -Infinity}',
+    b"[" * 1000 + b"]" * 1000, b'{"a":' * 1000 + b"1" + b"}" * 1000,
+    b"[" * 100_000, b'{"answer": "x"}\x00', b"\xef\xbb\xbf{}",
+]  # fmt: skip
+RAW_BODY = st.one_of(
+    st.sampled_from(FIXED),
+    st.binary(max_size=64),
+    st.integers(1, 3000).map(lambda n: b'{"args": ' + b"[" * n + b"]" * n + b"}"),
+    st.integers(4000, 6000).map(lambda n: b'{"answer": -' + b"7" * n + b"}"),
+)
+
+
+def body_of(shape: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
+    return st.one_of(RAW_BODY, JSON.map(dumps), shape.map(dumps))
+
+
+def segment(ids: list[str]) -> st.SearchStrategy[str]:
+    """A path segment: a known id, or any text percent-encoded (surrogates as bad UTF-8)."""
+    return st.one_of(
+        st.sampled_from(ids), TEXT.map(lambda t: quote(t, safe="", errors="surrogatepass") or "x")
+    )
+
+
+QUERY = st.one_of(
+    st.just(""), TEXT.map(lambda t: quote(t, safe="", errors="surrogatepass")),
+    st.sampled_from(["-1", "0", "1", "9" * 30, "9" * 5000, "1e3", "nan", "%205", "%00", "%FF"]),
+)  # fmt: skip
+ANSWER_SHAPE = st.fixed_dictionaries({}, optional={"answer": JSON, "answered_by": JSON})
+HUMAN_SHAPE = st.fixed_dictionaries(
+    {}, optional={"answers": st.one_of(JSON, st.dictionaries(TEXT, JSON, max_size=3)),
+                  "answer": JSON, "answered_by": JSON},
+)  # fmt: skip
+RESUME_SHAPE = st.fixed_dictionaries({}, optional={"force": JSON})
+
+
+# -- the run routes ---------------------------------------------------------------------
+RUNS = ["r1", "nope"]
+QUESTIONS = [f"q{n}" for n in range(20)]
+
+
+@FUZZ
+@given(status=QUERY, limit=QUERY)
+def test_list_runs(served: tuple[Raw, Path], status: str, limit: str) -> None:
+    raw, folder = served
+    check(*raw.send("GET", f"/api/runs?status={status}&limit={limit}"), folder)
+
+
+@FUZZ
+@given(run=segment(RUNS), after=QUERY, tail=st.sampled_from(
+    ["", "/events", "/interactions", "/interactions/pending"]))  # fmt: skip
+def test_run_reads(served: tuple[Raw, Path], run: str, after: str, tail: str) -> None:
+    raw, folder = served
+    check(*raw.send("GET", f"/api/runs/{run}{tail}?after={after}"), folder)
+
+
+@FUZZ
+@given(run=segment(RUNS), question=segment(QUESTIONS), body=body_of(ANSWER_SHAPE))
+def test_answer(served: tuple[Raw, Path], run: str, question: str, body: bytes) -> None:
+    raw, folder = served
+    check(*raw.send("POST", f"/api/runs/{run}/interactions/{question}/answer", body), folder)
+
+
+@FUZZ
+@given(run=segment(RUNS), body=body_of(HUMAN_SHAPE))
+def test_answer_human(served: tuple[Raw, Path], run: str, body: bytes) -> None:
+    raw, folder = served
+    check(*raw.send("POST", f"/api/runs/{run}/answer-human", body), folder)
+
+
+@FUZZ
+@given(run=segment(RUNS), body=body_of(RESUME_SHAPE),
+       verb=st.sampled_from(["resume", "cancel"]))  # fmt: skip
+def test_resume_and_cancel(served: tuple[Raw, Path], run: str, body: bytes, verb: str) -> None:
+    raw, folder = served
+    check(*raw.send("POST", f"/api/runs/{run}/{verb}", body), folder)
+
+
+@FUZZ
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]),
+    path=st.one_of(
+        st.sampled_from(["/", "/api", "/api/", "/api/runs/", "/api/store", "/api/store/",
+                         "/api/store/close", "/api/store/__init__", "/api/store/Create_run",
+                         "/api/runs/r1/nope", "/favicon.ico", "//", "/api/runs/r1/"]),
+        TEXT.map(lambda t: "/" + quote(t, safe="/", errors="surrogatepass")),
+    ),
+    # any header value HTTP allows (visible latin-1, spaces); control characters are below
+    token=st.one_of(st.none(), st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF,
+                                                     exclude_characters="\x7f"), max_size=40)),
+)  # fmt: skip
+def test_any_route_any_method_any_token(
+    served: tuple[Raw, Path], method: str, path: str, token: str | None
+) -> None:
+    raw, folder = served
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    status, data = raw.send(method, path, b"{}", headers=headers, auth=token is None)
+    if method == "HEAD":
+        assert status < 500
+        return
+    check(status, data, folder)
+
+
+# -- the store RPC -----------------------------------------------------------------------
+IDS = st.sampled_from(["r1", "r2", "q1", "q2", "ask", "x" * 300, "a\x1fb"]) | TEXT
+TIMES = st.one_of(
+    st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=14))])),
+    st.datetimes(),  # naive
+)
+
+
+def plausible(hint: Any, depth: int = 0) -> st.SearchStrategy[Any]:
+    """Values that mostly fit an annotation (so calls reach the store), sometimes not."""
+    origin = typing.get_origin(hint)
+    if hint is Any or depth > 4:
+        return JSON
+    if origin is Literal:
+        return st.sampled_from(typing.get_args(hint)) | TEXT
+    if origin in (Union, __import__("types").UnionType):
+        return st.one_of(*(plausible(h, depth + 1) for h in typing.get_args(hint)))
+    if origin in (list, tuple):
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return st.lists(plausible(args[0] if args else Any, depth + 1), max_size=3)
+    if origin is dict:
+        return st.dictionaries(TEXT, JSON, max_size=3)
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        fields = {f.name: plausible(hints[f.name], depth + 1) for f in dataclasses.fields(hint)}
+        return st.fixed_dictionaries(fields).map(lambda kw: hint(**kw))  # type: ignore[operator]
+    simple: dict[Any, st.SearchStrategy[Any]] = {
+        str: IDS, int: st.integers(-5, 5) | st.integers(), float: st.floats(),
+        bool: st.booleans(), datetime: TIMES, type(None): st.none(),
+    }  # fmt: skip
+    return simple.get(hint, JSON) | JSON
+
+
+def rpc_body(method: str) -> st.SearchStrategy[bytes]:
+    if method == "write_batch":
+        event = st.tuples(IDS, IDS, st.one_of(JSON.map(json.dumps), TEXT), IDS, IDS)
+        point = st.tuples(IDS, st.dictionaries(TEXT, JSON, max_size=2), IDS, st.booleans())
+        rows = st.tuples(
+            st.lists(event.map(list), max_size=3), st.lists(point.map(list), max_size=2)
+        )
+        shape = st.fixed_dictionaries({"args": rows})
+    else:
+        spec = getattr(Store, method)
+        hints = typing.get_type_hints(spec)
+        params = [p for p in __import__("inspect").signature(spec).parameters if p != "self"]
+        values = {p: plausible(hints.get(p, Any)) for p in params}
+        shape = st.fixed_dictionaries(
+            {"args": st.just([]), "kwargs": st.fixed_dictionaries({}, optional=values)}
+        )
+    plain = shape.map(lambda v: json.dumps(encode(v)).encode())
+    return st.one_of(plain, plain, RAW_BODY, JSON.map(dumps), st.builds(_mangled, JSON, JSON))
+
+
+def _mangled(a: Any, b: Any) -> bytes:
+    """Records with wrong or missing fields, times that are not times."""
+    records = ["Run", "Interaction", "Claimant", "RunBundle", "Event", "Nope", 5]
+    return dumps({"args": [{"__record": records[len(str(a)) % len(records)], "id": a},
+                           {"__time": b}, {"__record": "Run", "created_at": {"__time": "x"}}],
+                  "kwargs": {"owner": {"__record": "Claimant", "pid": a}}})  # fmt: skip
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_store_rpc(served: tuple[Raw, Path], method: str) -> None:
+    raw, folder = served
+
+    @settings(FUZZ, max_examples=STORE_EXAMPLES)
+    @given(body=rpc_body(method))
+    def one(body: bytes) -> None:
+        check(*raw.send("POST", f"/api/store/{method}", body), folder)
+
+    one()
+    # still a holder, still answering, after whatever that was
+    status, listed = raw.json("GET", "/api/runs?limit=1000")
+    assert status == 200 and isinstance(listed["runs"], list)
+
+
+# -- fixed regression cases (issue 15) ----------------------------------------------------------
+NOW = {"__time": "2026-12-01T08:00:00+00:00"}
+RUN = {"__record": "Run", "id": "fresh", "workflow": "w", "source_hash": "h",
+       "status": "running", "created_at": NOW, "updated_at": NOW}  # fmt: skip
+CRASHERS: dict[str, tuple[str, str, bytes, int, str]] = {
+    "lone surrogate answer": ("POST", "/api/runs/r1/interactions/q0/answer",
+                              b'{"answer": "\\ud800"}', 400, "bad_json"),
+    "lone surrogate answered_by": ("POST", "/api/runs/r1/interactions/q0/answer",
+                                   b'{"answer": "x", "answered_by": "\\udfff"}', 400, "bad_json"),
+    "5,000-digit integer": ("POST", "/api/runs/r1/interactions/q0/answer",
+                            b'{"answer": ' + b"9" * 5000 + b"}", 400, "bad_json"),
+    "1e400": ("POST", "/api/runs/r1/interactions/q0/answer", b'{"answer": 1e400}', 400,
+              "bad_json"),
+    "NaN": ("POST", "/api/runs/r1/interactions/q0/answer", b'{"answer": NaN}', 400, "bad_json"),
+    "1,000-deep nesting": ("POST", "/api/runs/r1/interactions/q0/answer",
+                           b'{"answer": ' + b"[" * 1000 + b"]" * 1000 + b"}", 400, "too_deep"),
+    "100,000-deep nesting": ("POST", "/api/store/get_run", b"[" * 100_000, 400, "too_deep"),
+    "invalid UTF-8": ("POST", "/api/runs/r1/resume", b'{"force": "\xff"}', 400, "bad_json"),
+    "run id not UTF-8": ("GET", "/api/runs/%ED%A0%80", b"", 400, "http_error"),
+    "after with 5,000 digits": ("GET", "/api/runs/r1/events?after=" + "9" * 5000, b"", 400,
+                                "bad_request"),
+    "after beyond 64 bits": ("GET", "/api/runs/r1/events?after=" + "9" * 19, b"", 400,
+                             "bad_request"),
+    "create_run with a string for a time": (
+        "POST", "/api/store/create_run",
+        json.dumps({"args": [{**RUN, "created_at": "yesterday"}]}).encode(), 400, "bad_request"),
+    "create_run with an unknown record": (
+        "POST", "/api/store/create_run",
+        json.dumps({"args": [{**RUN, "__record": "Nope"}]}).encode(), 400, "bad_request"),
+    "create_run with a missing field": (
+        "POST", "/api/store/create_run",
+        json.dumps({"args": [{k: v for k, v in RUN.items() if k != "workflow"}]}).encode(),
+        400, "bad_request"),
+    "create_run with a list for vars": (
+        "POST", "/api/store/create_run",
+        json.dumps({"args": [{**RUN, "vars": [1]}]}).encode(), 400, "bad_request"),
+    "create_run with a naive time": (
+        "POST", "/api/store/create_run",
+        json.dumps({"args": [{**RUN, "created_at": {"__time": "2026-01-01T00:00:00"}}]}).encode(),
+        400, "bad_request"),
+    "create_run with an unknown status": (
+        "POST", "/api/store/create_run",
+        json.dumps({"args": [{**RUN, "status": "weird"}]}).encode(), 400, "bad_request"),
+    "create_run with a U+0000 id": (
+        "POST", "/api/store/create_run",
+        json.dumps({"args": [{**RUN, "id": "a\x00b"}]}).encode(), 400, "bad_request"),
+    "a time that is not one": ("POST", "/api/store/events",
+                               b'{"args": ["r1"], "kwargs": {"after": {"__time": "x"}}}', 400,
+                               "bad_request"),
+    "events after -1 (SQL)": ("POST", "/api/store/events",
+                              b'{"args": ["r1"], "kwargs": {"limit": -1}}', 400, "store_refused"),
+    "a keyword the method has not": ("POST", "/api/store/get_run",
+                                     b'{"args": ["r1"], "kwargs": {"x": 1}}', 400, "bad_request"),
+    "an unknown route": ("GET", "/nope", b"", 404, "not_found"),
+    "an unknown store method": ("POST", "/api/store/close", b"{}", 404, "not_found"),
+    "a method the route has not": ("DELETE", "/api/runs", b"", 405, "http_error"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(CRASHERS))
+def test_crashers_of_issue_15_are_4xx(served: tuple[Raw, Path], name: str) -> None:
+    raw, folder = served
+    method, path, body, status, code = CRASHERS[name]
+    got, data = raw.send(method, path, body or None)
+    answer = check(got, data, folder)
+    assert (got, answer["code"]) == (status, code), answer
+
+
+def test_unknown_routes_are_json_404_after_the_token_check(served: tuple[Raw, Path]) -> None:
+    raw, _ = served
+    status, data = raw.send("GET", "/no/such/route", auth=False)
+    assert (status, json.loads(data)["code"]) == (401, "unauthorized")
+    status, data = raw.send("GET", "/no/such/route")
+    assert (status, json.loads(data)) == (404, {"code": "not_found", "message": "no such route"})
+
+
+def test_a_token_with_non_ascii_characters_is_just_wrong(served: tuple[Raw, Path]) -> None:
+    raw, _ = served
+    status, data = raw.send("GET", "/api/runs", headers={"Authorization": "Bearer é\xff"})
+    assert (status, json.loads(data)["code"]) == (401, "unauthorized")
+
+
+def test_a_request_that_is_not_http_gets_400_and_the_api_goes_on(served: tuple[Raw, Path]) -> None:
+    raw, _ = served
+    # a control character in a header is not HTTP: tornado answers a bare 400 and closes
+    status, data = raw.send("GET", "/api/runs", headers={"X-Junk": "a\x1fb"})
+    assert (status, data) == (400, b"")
+    status, body = raw.json("GET", "/api/runs")
+    assert status == 200 and body["runs"]
+
+
+def test_nothing_was_written_by_refused_requests(served: tuple[Raw, Path]) -> None:
+    raw, _ = served
+    status, body = raw.json("GET", "/api/runs/r1")
+    assert status == 200 and body["id"] == "r1"
+
+
+def test_every_route_is_fuzzed() -> None:
+    served = {path for path, _, _ in routes(None, None)}  # type: ignore[arg-type]
+    assert len(served) == 9  # the run routes above cover each of them
+
+
+# -- the holder's own logging ------------------------------------------------------------------
+def test_a_holder_whose_stderr_nobody_reads_keeps_answering(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    db = tmp_path / "h.duckdb"
+    # stderr: a pipe this test never reads, filled to the brim by the holder itself
+    proc = start_holder(db, mode="faulty", stderr=subprocess.PIPE)
+    raw = Raw(holder_of(db), timeout=5)
+    try:
+        started = time.monotonic()
+        for _ in range(1000):  # each a 500 that is logged: once 64 KB of tracebacks
+            status, data = raw.send("GET", "/api/runs")
+            assert (status, json.loads(data)["code"]) == (500, "internal_error")
+        took = time.monotonic() - started
+        status, body = raw.json("GET", "/api/runs/r1")
+        assert status == 200 and body["id"] == "r1"
+    finally:
+        raw.close()
+        stop(proc)
+    assert took < 20
+
+
+def test_each_error_is_one_line_without_a_traceback_and_rate_limited(tmp_path: Path) -> None:
+    import time
+
+    db = tmp_path / "h.duckdb"
+    with (tmp_path / "stderr.txt").open("w") as sink:
+        proc = start_holder(db, mode="faulty-log", stderr=sink)
+        raw = Raw(holder_of(db))
+        try:
+            for _ in range(3):
+                assert raw.send("GET", "/api/runs")[0] == 500
+            for _ in range(300):  # a burst: most of it is dropped, and counted
+                raw.send("GET", "/api/runs")
+            time.sleep(1.0)
+            assert raw.send("GET", "/api/runs")[0] == 500
+            time.sleep(0.5)
+        finally:
+            raw.close()
+            stop(proc)
+    lines = (tmp_path / "stderr.txt").read_text().splitlines()
+    assert "Traceback" not in "\n".join(lines)
+    assert lines[0] == "500 GET /api/runs: RuntimeError: boom in <path>: SELECT * FROM runs"
+    assert 20 <= len(lines) <= 30, lines  # the burst allowance, then about 5 a second
+    assert "earlier lines dropped" in lines[-1]
