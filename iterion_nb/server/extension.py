@@ -147,8 +147,11 @@ def load(serverapp: Any) -> None:
     service = HolderOrFileService(chosen)
     if "://" not in chosen:  # a store URL (a database server) is the same from anywhere
         os.environ[STORE_ENV] = str(service.path)
+    from iterion_nb.server.routes import lab_routes  # they import this module
+
     web_app = serverapp.web_app
-    web_app.add_handlers(".*$", jupyter_routes(service, web_app.settings["base_url"]))
+    base_url = web_app.settings["base_url"]
+    web_app.add_handlers(".*$", lab_routes(service, base_url) + jupyter_routes(service, base_url))
     web_app.settings["iterion_nb_service"] = service
     shown = mask_url(service.path) if isinstance(service.path, str) else service.path
     serverapp.log.info("iterion_nb: REST API at %s, store %s", url_path_join(

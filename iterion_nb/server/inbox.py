@@ -1,0 +1,60 @@
+"""What JupyterLab's questions sidebar and runs panel show: one snapshot of the store.
+
+The server extension pushes it (:mod:`iterion_nb.server.push`) each time it
+changes: every pending question of every run, the questions answered most
+recently (with who answered and when), and the newest runs with their status.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.records import Interaction, Run
+from iterion_nb.runtime.wire import interaction_json, run_json
+
+#: The newest runs listed in the runs panel.
+RUNS_SHOWN = 50
+#: Answered questions listed, newest first, taken from this many of the newest runs.
+ANSWERED_SHOWN = 30
+ANSWERED_RUNS = 20
+
+
+def _question(item: Interaction, runs: dict[str, Run]) -> dict[str, Any]:
+    run = runs.get(item.run_id)
+    return interaction_json(item) | {
+        "workflow": run.workflow if run is not None else None,
+        "expires_at": item.expires_at.isoformat() if item.expires_at is not None else None,
+    }
+
+
+def _answered_at(item: Interaction) -> datetime:
+    assert item.answered_at is not None
+    return item.answered_at
+
+
+async def snapshot(store: Store) -> dict[str, Any]:
+    """Pending questions (oldest first), answered ones (newest first) and the newest runs.
+
+    ``await`` records (a run's synthetic pause) are not questions and are
+    left out, as the REST routes do.
+    """
+    runs = await store.list_runs(limit=RUNS_SHOWN)
+    known = {run.id: run for run in runs}
+    pending = [i for i in await store.pending_interactions() if i.kind != "await"]
+    for run_id in {i.run_id for i in pending} - known.keys():  # older runs still asking
+        known[run_id] = await store.get_run(run_id)
+    answered: list[Interaction] = []
+    for run in runs[:ANSWERED_RUNS]:
+        found = await store.interactions(run.id)
+        answered.extend(i for i in found if i.kind != "await" and i.answered_at is not None)
+    answered.sort(key=_answered_at, reverse=True)
+    return {
+        "pending": [_question(i, known) for i in pending],
+        "answered": [_question(i, known) for i in answered[:ANSWERED_SHOWN]],
+        "runs": [run_json(run) for run in runs],
+    }
+
+
+__all__ = ["snapshot"]

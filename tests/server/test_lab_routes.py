@@ -1,0 +1,274 @@
+"""The server routes JupyterLab's extension uses: the pushed inbox, validate, the report.
+
+In a real Jupyter server (pytest-jupyter's fixtures), with runs started by
+``iterion-nb run`` in another process and no kernel at all. The stream is
+read over a raw socket, as a browser holds it open, and closed by the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_jupyter.jupyter_core import *  # noqa: F403 - fixtures for this module only
+from pytest_jupyter.jupyter_server import *  # noqa: F403
+from pytest_jupyter.pytest_tornasync import *  # noqa: F403
+from tornado.httpclient import HTTPClientError
+
+from iterion_nb.store.holder_file import find_holder
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = Path(sys.executable).parent / "iterion-nb"
+Event = tuple[str, Any]
+
+
+@pytest.fixture
+def store_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "runs" / "iterion.duckdb"
+    monkeypatch.setenv("ITERION_NB_STORE", str(path))
+    return path
+
+
+@pytest.fixture
+def jp_server_config(store_path: Path) -> dict[str, Any]:
+    return {"ServerApp": {"jpserver_extensions": {"iterion_nb.server": True}}}
+
+
+def fetch(loop: Any, jp_fetch: Any, *parts: str, **kwargs: Any) -> Any:
+    response = loop.run_until_complete(jp_fetch("iterion", "api", *parts, **kwargs))
+    if response.headers.get("Content-Type", "").startswith("application/json"):
+        return json.loads(response.body)
+    return response
+
+
+def start_cli_run(store_path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(CLI), "run", str(ROOT / "examples" / "async_questions.iter"),
+         "--scenario", str(ROOT / "examples" / "async_questions.scenario.yaml"),
+         "--store", str(store_path), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def cli_run(store_path: Path) -> Iterator[Callable[[], subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        procs.append(start_cli_run(store_path))
+        return procs[-1]
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+class Stream:
+    """``GET /iterion/api/inbox/events`` over a socket of its own, parsed as server-sent events."""
+
+    def __init__(self, port: int, path: str, token: str) -> None:
+        self.port, self.path, self.token = port, path, token
+        self.events: list[Event] = []
+        self.headers = ""
+        self._buffer = b""
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.writer.write(
+            f"GET {self.path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+            f"Authorization: token {self.token}\r\nAccept: text/event-stream\r\n\r\n".encode()
+        )
+        await self.writer.drain()
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        self.headers = head.decode()
+
+    async def until(self, wanted: Callable[[Any], bool], timeout: float = 30) -> Any:
+        """The first ``inbox`` snapshot (from now on) for which ``wanted`` holds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n\n" in self._buffer:
+                block, self._buffer = self._buffer.split(b"\n\n", 1)
+                event = self._parse(block.decode())
+                if event is not None:
+                    self.events.append(event)
+                    if event[0] == "inbox" and wanted(event[1]):
+                        return event[1]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no such snapshot; last: {self.events[-1:]}")
+            chunk = await asyncio.wait_for(self.reader.read(65536), left)
+            if not chunk:
+                raise AssertionError("the stream ended")
+            self._buffer += self._dechunk(chunk)
+
+    @staticmethod
+    def _dechunk(chunk: bytes) -> bytes:
+        # chunked transfer encoding: drop the size lines, keep the data
+        lines = chunk.split(b"\r\n")
+        return b"".join(line for line in lines if not _is_size(line))
+
+    @staticmethod
+    def _parse(block: str) -> Event | None:
+        name, data = "message", []
+        for line in block.split("\n"):
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data.append(line[6:])
+        return (name, json.loads("\n".join(data))) if data else None
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _is_size(line: bytes) -> bool:
+    try:
+        int(line, 16)
+    except ValueError:
+        return False
+    return True
+
+
+def _pending(count: int) -> Callable[[Any], bool]:
+    return lambda snap: len(snap["pending"]) == count
+
+
+@pytest.mark.parametrize("holder", ["the cli", "the server"])
+def test_the_inbox_is_pushed_with_no_kernel(
+    jp_asyncio_loop: Any, jp_fetch: Any, jp_http_port: int, jp_base_url: str,
+    jp_serverapp: Any, store_path: Path, cli_run: Callable[[], subprocess.Popen[str]],
+    holder: str,
+) -> None:  # fmt: skip
+    """Questions of a CLI run appear on the stream; an answer moves one to the answered list."""
+    loop = jp_asyncio_loop
+    if holder == "the server":
+        assert fetch(loop, jp_fetch, "inbox") == {"pending": [], "answered": [], "runs": []}
+    proc = cli_run()
+    if holder == "the cli":
+        for _ in range(300):
+            if find_holder(store_path) is not None:
+                break
+            time.sleep(0.05)
+    token = jp_serverapp.identity_provider.token
+    stream = Stream(jp_http_port, f"{jp_base_url}iterion/api/inbox/events", token)
+    try:
+        loop.run_until_complete(stream.open())
+        assert " 200 " in stream.headers.split("\r\n")[0]
+        assert "text/event-stream" in stream.headers
+        snap = loop.run_until_complete(stream.until(_pending(2)))
+        first, second = snap["pending"]
+        assert first["question"] == "Should the notes be formal or casual?"
+        assert [o["label"] for o in first["options"]] == ["Formal", "Casual"]
+        assert first["workflow"] == "release_notes" and first["kind"] == "async"
+        assert first["node_id"] == "gatherer" and first["requested_at"]
+        (run,) = snap["runs"]
+        assert run["status"] == "running" and run["id"] == first["run_id"]
+        body = json.dumps({"answer": "formal", "answered_by": "ada"})
+        fetch(loop, jp_fetch, "runs", run["id"], "interactions", first["id"], "answer",
+              method="POST", body=body)  # fmt: skip
+        started = time.monotonic()
+        snap = loop.run_until_complete(stream.until(_pending(1), timeout=10))
+        assert time.monotonic() - started < 1.5  # pushed by the doorbell, not the recheck
+        (answered,) = snap["answered"]
+        assert answered["id"] == first["id"] and answered["answered_by"] == "ada"
+        assert answered["answers"] == "formal" and answered["answered_at"]
+        fetch(loop, jp_fetch, "runs", run["id"], "interactions", second["id"], "answer",
+              method="POST", body=json.dumps({"answer": "the inbox first"}))  # fmt: skip
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        snap = loop.run_until_complete(
+            stream.until(lambda s: s["runs"][0]["status"] == "finished", timeout=20)
+        )
+        assert snap["pending"] == [] and len(snap["answered"]) == 2
+    finally:
+        stream.close()
+
+
+def test_the_stream_needs_jupyters_auth(
+    jp_asyncio_loop: Any, jp_fetch: Any, jp_http_port: int, jp_base_url: str, store_path: Path
+) -> None:
+    fetch(jp_asyncio_loop, jp_fetch, "runs")  # the server is up
+    stream = Stream(jp_http_port, f"{jp_base_url}iterion/api/inbox/events", "wrong")
+    try:
+        jp_asyncio_loop.run_until_complete(stream.open())
+        assert " 403 " in stream.headers.split("\r\n")[0]
+    finally:
+        stream.close()
+
+
+def validate(loop: Any, jp_fetch: Any, source: str) -> dict[str, Any]:
+    body = json.dumps({"source": source, "name": "cell"})
+    result: dict[str, Any] = fetch(loop, jp_fetch, "validate", method="POST", body=body)
+    return result
+
+
+def test_validate_returns_the_compilers_diagnostics_with_editor_offsets(
+    jp_asyncio_loop: Any, jp_fetch: Any, store_path: Path
+) -> None:
+    good = (ROOT / "examples" / "minimal.iter").read_text()
+    assert validate(jp_asyncio_loop, jp_fetch, good) == {"ok": True, "diagnostics": []}
+    # a typo in a node's property, after a non-BMP character (two UTF-16 units)
+    source = good.replace("agent ", "## 🙂 ok\nagent ", 1)
+    typo = source.index("model:")
+    source = source[:typo] + "modle:" + source[typo + len("model:") :]
+    found = validate(jp_asyncio_loop, jp_fetch, source)
+    assert found["ok"] is False
+    diag = next(d for d in found["diagnostics"] if "modle" in d["message"])
+    assert diag["severity"] == "error" and diag["code"].startswith("C")
+    utf16 = source.encode("utf-16-le")
+    shown = utf16[2 * diag["from"] : 2 * diag["to"]].decode("utf-16-le")
+    assert shown.startswith("modle")
+    assert diag["line"] == source[:typo].count("\n") + 1
+
+
+def test_validate_refuses_what_is_not_a_source(
+    jp_asyncio_loop: Any, jp_fetch: Any, store_path: Path
+) -> None:
+    with pytest.raises(HTTPClientError) as info:
+        fetch(jp_asyncio_loop, jp_fetch, "validate", method="POST", body='{"source": 3}')
+    assert info.value.code == 400
+    assert json.loads(info.value.response.body)["code"] == "bad_request"
+    garbage = validate(jp_asyncio_loop, jp_fetch, "\x00 ::: ->")
+    assert garbage["ok"] is False and garbage["diagnostics"]
+
+
+def test_the_report_route_serves_html_that_cannot_run_scripts(
+    jp_asyncio_loop: Any, jp_fetch: Any, store_path: Path,
+    cli_run: Callable[[], subprocess.Popen[str]],
+) -> None:  # fmt: skip
+    loop = jp_asyncio_loop
+    proc = cli_run()
+    for _ in range(400):
+        runs = fetch(loop, jp_fetch, "runs")["runs"]
+        if runs:
+            break
+        time.sleep(0.05)
+    (run,) = runs
+    response = fetch(loop, jp_fetch, "runs", run["id"], "report")
+    assert response.headers["Content-Type"] == "text/html; charset=UTF-8"
+    policy = response.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "sandbox" in policy and "script" not in policy
+    html = response.body.decode()
+    assert "<h2>Summary</h2>" in html and "release_notes" in html
+    markdown = fetch(loop, jp_fetch, "runs", run["id"], "report", params={"format": "md"})
+    assert markdown.headers["Content-Type"].startswith("text/markdown")
+    assert markdown.body.decode().startswith("# Run ")
+    for run_id, params, status, code in (
+        ("nosuchrun", {}, 404, "not_found"),
+        (run["id"], {"format": "pdf"}, 400, "bad_request"),
+    ):
+        with pytest.raises(HTTPClientError) as info:
+            fetch(loop, jp_fetch, "runs", run_id, "report", params=params)
+        assert info.value.code == status
+        assert json.loads(info.value.response.body)["code"] == code
+    proc.kill()
+    proc.wait()
