@@ -1,0 +1,257 @@
+// The questions sidebar: every pending question of the server's store, live.
+
+import { Widget } from '@lumino/widgets';
+
+import { Api, ApiError, IAnswerOutcome, IQuestion, ISnapshot } from './api';
+import { h, refreshTimes, show, syncChildren, when } from './dom';
+import { InboxFeed } from './feed';
+
+export const INBOX_ID = 'iterion-inbox';
+
+/** Where a question comes from, in words. */
+export function origin(q: IQuestion): string {
+  const where = q.workflow ? `${q.node_id} in ${q.workflow}` : q.node_id;
+  return `${where} · run ${q.run_id}`;
+}
+
+export function waits(q: IQuestion): string {
+  return q.kind === 'async' ? 'the agent keeps working meanwhile' : 'the run waits for this answer';
+}
+
+/** An answer as a person reads it: an option's label rather than its id. */
+export function answerText(q: IQuestion): string {
+  const labels = new Map(q.options.map(o => [o.id, o.label || o.id]));
+  if (typeof q.answers === 'string' && labels.has(q.answers)) {
+    return labels.get(q.answers) as string;
+  }
+  return show(q.answers);
+}
+
+export function outcomeText(outcome: IAnswerOutcome): string {
+  if (outcome.resumed) {
+    return 'Answered — the run goes on';
+  }
+  if (outcome.queued) {
+    return 'Sent — the agent reads it at its next turn';
+  }
+  return 'Answered';
+}
+
+/** Pending questions grouped by the node that asked them (a gate's questions together). */
+export function groups(pending: IQuestion[]): { key: string; items: IQuestion[] }[] {
+  const found = new Map<string, IQuestion[]>();
+  for (const q of pending) {
+    const key = `${q.run_id}/${q.node_id}`;
+    found.set(key, [...(found.get(key) ?? []), q]);
+  }
+  return [...found.entries()].map(([key, items]) => ({ key, items }));
+}
+
+export class InboxPanel extends Widget {
+  constructor(
+    private readonly feed: InboxFeed,
+    private readonly api: Api,
+    private readonly who: () => string
+  ) {
+    super();
+    this.id = INBOX_ID;
+    this.addClass('iterion-sidebar');
+    this.addClass('iterion-inbox-panel');
+    this.title.caption = 'iterion: questions waiting for you';
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', 'iterion questions');
+    this._head = h('div', { class: 'iterion-head' });
+    this._result = h('div', { class: 'iterion-result-slot', role: 'status', 'aria-live': 'polite' });
+    this._list = h('div', { class: 'iterion-pending' });
+    this._answered = h('details', { class: 'iterion-answered', open: true });
+    this.node.append(this._head, this._result, this._list, this._answered);
+    feed.changed.connect(this._draw, this);
+    this._draw();
+    this._timer = window.setInterval(() => refreshTimes(this.node), 20000);
+  }
+
+  dispose(): void {
+    window.clearInterval(this._timer);
+    this.feed.changed.disconnect(this._draw, this);
+    super.dispose();
+  }
+
+  /** Bring one question into view and put the keyboard on its first control. */
+  focusQuestion(interactionId: string | undefined): void {
+    const cards = Array.from(this.node.querySelectorAll<HTMLElement>('.iterion-card.pending'));
+    const card =
+      cards.find(c => c.dataset.interaction === interactionId) ?? (interactionId ? null : cards[0]);
+    for (const other of cards) {
+      other.classList.toggle('iterion-focused', other === card);
+    }
+    if (!card) {
+      return;
+    }
+    card.scrollIntoView({ block: 'nearest' });
+    card.querySelector<HTMLElement>('button, input')?.focus();
+  }
+
+  private _draw(): void {
+    const snap: ISnapshot | null = this.feed.snapshot;
+    const pending = snap?.pending ?? [];
+    const state =
+      this.feed.state === 'live'
+        ? this.feed.problem
+          ? `store unavailable: ${this.feed.problem}`
+          : 'live'
+        : this.feed.state === 'connecting'
+          ? 'connecting…'
+          : 'reconnecting…';
+    this._head.replaceChildren(
+      h('h2', {}, 'Questions'),
+      h(
+        'span',
+        { class: 'iterion-count' },
+        snap ? (pending.length ? `${pending.length} waiting for an answer` : 'none waiting') : ''
+      ),
+      h('span', { class: 'iterion-state', 'data-state': this.feed.state }, state)
+    );
+    if (snap && !pending.length) {
+      this._list.replaceChildren(
+        h('p', { class: 'iterion-empty' }, 'Nothing is waiting for an answer.')
+      );
+    } else {
+      if (this._list.firstElementChild?.classList.contains('iterion-empty')) {
+        this._list.replaceChildren();
+      }
+      syncChildren(
+        this._list,
+        groups(pending),
+        g => g.key,
+        g => this._group(g.items),
+        (section, g) => {
+          const list = section.querySelector<HTMLElement>('.iterion-group-items');
+          if (list) {
+            syncChildren(list, g.items, q => q.id, q => this._card(q));
+          }
+        }
+      );
+    }
+    this._drawAnswered(snap?.answered ?? []);
+  }
+
+  private _group(items: IQuestion[]): HTMLElement {
+    const first = items[0];
+    const list = h('div', { class: 'iterion-group-items' });
+    syncChildren(list, items, q => q.id, q => this._card(q));
+    return h(
+      'section',
+      { class: 'iterion-group', 'aria-label': `questions of ${first.node_id}` },
+      h('div', { class: 'iterion-group-head' }, origin(first)),
+      list
+    );
+  }
+
+  private _card(q: IQuestion): HTMLElement {
+    const card = h('div', {
+      class: 'iterion-card pending',
+      'data-interaction': q.id,
+      'data-kind': q.kind
+    });
+    for (const text of q.questions) {
+      card.append(h('div', { class: 'iterion-question' }, text));
+    }
+    card.append(
+      h('div', { class: 'iterion-meta' }, 'asked ', when(q.requested_at), ` · ${waits(q)}`)
+    );
+    const controls = h('div', { class: 'iterion-controls' });
+    const send = (answer: unknown): void => void this._send(q, answer, card);
+    for (const option of q.options) {
+      controls.append(
+        h(
+          'button',
+          {
+            type: 'button',
+            class: 'iterion-option',
+            'data-option': option.id,
+            title: option.label ? `answer ${option.id}` : null,
+            onclick: () => send(option.id)
+          },
+          option.label || option.id
+        )
+      );
+    }
+    if (q.allow_free_text || !q.options.length) {
+      const input = h('input', {
+        type: 'text',
+        class: 'iterion-free-text',
+        placeholder: 'Your answer',
+        'aria-label': `Your answer to: ${q.question}`
+      }) as HTMLInputElement;
+      const submit = (): void => {
+        if (input.value.trim()) {
+          send(input.value);
+        }
+      };
+      input.addEventListener('keydown', e => {
+        if (e.key === 'Enter') {
+          submit();
+        }
+      });
+      controls.append(
+        input,
+        h(
+          'button',
+          { type: 'button', class: 'iterion-submit iterion-primary', onclick: submit },
+          'Answer'
+        )
+      );
+    }
+    card.append(controls);
+    return card;
+  }
+
+  private async _send(q: IQuestion, answer: unknown, card: HTMLElement): Promise<void> {
+    const controls = Array.from(card.querySelectorAll<HTMLButtonElement>('button, input'));
+    controls.forEach(c => (c.disabled = true));
+    try {
+      const outcome = await this.api.answer(q, answer, this.who());
+      this._say(outcomeText(outcome), false, q.id);
+    } catch (err) {
+      const message = err instanceof ApiError ? err.message : String(err);
+      this._say(`Not answered: ${message}`, true, q.id);
+      controls.forEach(c => (c.disabled = false));
+    }
+  }
+
+  private _say(text: string, error: boolean, interactionId: string): void {
+    this._result.replaceChildren(
+      h(
+        'div',
+        { class: `iterion-result ${error ? 'iterion-error' : 'iterion-ok'}`, 'data-interaction': interactionId },
+        text
+      )
+    );
+  }
+
+  private _drawAnswered(answered: IQuestion[]): void {
+    this._answered.replaceChildren(
+      h('summary', {}, `Answered (${answered.length})`),
+      ...answered.map(q =>
+        h(
+          'div',
+          { class: 'iterion-card answered', 'data-interaction': q.id },
+          ...q.questions.map(text => h('div', { class: 'iterion-question' }, text)),
+          h('div', { class: 'iterion-answer' }, '→ ', answerText(q)),
+          h(
+            'div',
+            { class: 'iterion-meta' },
+            `${origin(q)} · answered by ${q.answered_by || 'someone'} `,
+            when(q.answered_at)
+          )
+        )
+      )
+    );
+  }
+
+  private readonly _head: HTMLElement;
+  private readonly _result: HTMLElement;
+  private readonly _list: HTMLElement;
+  private readonly _answered: HTMLElement;
+  private readonly _timer: number;
+}
