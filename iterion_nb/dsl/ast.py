@@ -96,7 +96,17 @@ class BlockValue:
     span: Span
 
 
-Value = StringValue | NumberValue | IdentValue | ListValue | MapValue | BlockValue
+@dataclass(frozen=True, slots=True)
+class CallValue:
+    """``name(value, ...)``: a word applied to values, such as ``default("Formal")``."""
+
+    name: str
+    name_span: Span
+    args: tuple[Value, ...]
+    span: Span
+
+
+Value = StringValue | NumberValue | IdentValue | ListValue | MapValue | BlockValue | CallValue
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,6 +91,7 @@ CODES: dict[str, CodeInfo] = {
     "C240": CodeInfo(_E, "interaction: async on a human node"),
     "C241": CodeInfo(_E, "await_answers without a positive timeout"),
     "C242": CodeInfo(_W, "await_answers from: names a missing or non-async node"),
+    "C243": CodeInfo(_E, "expires_in not positive, or on_expire without expires_in"),
     # limits on hostile input (ours)
     "C300": CodeInfo(_E, "nesting too deep"),
     "C301": CodeInfo(_E, "number too large"),

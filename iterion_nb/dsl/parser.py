@@ -332,12 +332,29 @@ class Parser:
             return ast.NumberValue(token.text, token.span)
         if token.kind is TokenKind.IDENT:
             self._advance()
+            if self._at(TokenKind.LPAREN):
+                return self._call(token)
             return ast.IdentValue(token.text, token.span)
         if token.kind is TokenKind.LBRACKET:
             return self._list()
         if token.kind is TokenKind.LBRACE:
             return self._map()
         raise self._error(f"expected a value, found {token.describe()}", token.span)
+
+    def _call(self, name: Token) -> ast.CallValue:
+        open_ = self._advance()
+        self._enter(open_)
+        try:
+            args: list[ast.Value] = []
+            while not self._at(TokenKind.RPAREN):
+                args.append(self._value())
+                if not self._at(TokenKind.COMMA):
+                    break
+                self._advance()
+            close = self._expect(TokenKind.RPAREN, f"',' or ')' to close '{name.text}('")
+        finally:
+            self.depth -= 1
+        return ast.CallValue(name.text, name.span, tuple(args), name.span.to(close.span))
 
     def _list(self) -> ast.ListValue:
         open_ = self._advance()

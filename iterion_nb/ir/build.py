@@ -540,7 +540,50 @@ class _NodeBuilder:
             interaction=cast("m.InteractionMode", interaction),
             min_answers=cast("int", self._opt("min_answers", "integer", 1) or 1),
             model=self._template("model"),
+            expires_in=self._expires_in(),
+            on_expire=self._on_expire(),
         )
+
+    def _expires_in(self) -> float | None:
+        prop = self._get("expires_in")
+        seconds = cast("float | None", self._opt("expires_in", "duration"))
+        if prop is not None and seconds is not None and seconds <= 0:
+            self.diags.add("C243", "'expires_in' must be a positive duration", prop.value.span)
+            return None
+        return seconds
+
+    def _on_expire(self) -> m.OnExpire:
+        """``on_expire: fail`` or ``on_expire: default(<answer>)``; only with ``expires_in``."""
+        prop = self._get("on_expire")
+        if prop is None:
+            return m.OnExpire()
+        if self._get("expires_in") is None:
+            self.diags.add(
+                "C243",
+                f"'on_expire' on human '{self.decl.name}' needs 'expires_in:' (a question"
+                " that never expires never gets there)",
+                prop.name_span,
+            )
+        value = prop.value
+        if isinstance(value, ast.IdentValue) and value.name == "fail":
+            return m.OnExpire("fail")
+        if isinstance(value, ast.CallValue) and value.name == "default" and len(value.args) == 1:
+            ok, answer = literal(value.args[0])
+            if ok:
+                return m.OnExpire("default", answer)
+            self.diags.add(
+                "C052",
+                "default(...) takes a plain answer: a string, number, true/false, or a"
+                " list or map of those",
+                value.args[0].span,
+            )
+            return m.OnExpire("fail")
+        self.diags.add(
+            "C054",
+            f"'on_expire' must be fail or default(<answer>); found {describe(value)}",
+            value.span,
+        )
+        return m.OnExpire("fail")
 
     def _tool(self) -> m.ToolNode:
         command = self._template("command")

@@ -122,8 +122,21 @@ class RouterNode(NodeBase):
 
 
 @dataclass(frozen=True, slots=True)
+class OnExpire:
+    """What a human gate does when its question expires unanswered.
+
+    ``fail``: the node fails, naming the question. ``default``: ``answer``
+    is taken as the person's answer (``answered_by`` stays empty; the
+    ``interaction_expired`` event says what happened).
+    """
+
+    action: Literal["fail", "default"] = "fail"
+    answer: object = None
+
+
+@dataclass(frozen=True, slots=True)
 class HumanNode(NodeBase):
-    """A blocking human gate: the run pauses until it is answered."""
+    """A blocking human gate: the run pauses until it is answered (or its question expires)."""
 
     kind: Literal["human"] = "human"
     input: str | None = None
@@ -132,6 +145,9 @@ class HumanNode(NodeBase):
     interaction: InteractionMode = "human"
     min_answers: int = 1
     model: Template | None = None
+    #: Seconds a person has to answer before the question expires (None: forever).
+    expires_in: float | None = None
+    on_expire: OnExpire = field(default_factory=OnExpire)
 
 
 @dataclass(frozen=True, slots=True)

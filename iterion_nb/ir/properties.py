@@ -31,6 +31,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "interaction",
         "min_answers",
         "model",
+        "expires_in",
+        "on_expire",
         "await",
     ),
     "tool": ("command", "input", "output", "timeout", "await"),

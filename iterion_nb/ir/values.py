@@ -73,6 +73,8 @@ def describe(value: ast.Value) -> str:
         return "a list"
     if isinstance(value, ast.MapValue):
         return "a map"
+    if isinstance(value, ast.CallValue):
+        return f"'{shorten(value.name)}(...)'"
     return "a block"
 
 
