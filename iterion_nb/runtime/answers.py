@@ -27,9 +27,10 @@ from iterion_nb.errors import (
     RunError,
     RunOwnedError,
 )
+from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.ports import Store
-from iterion_nb.runtime.records import Interaction, Run
+from iterion_nb.runtime.records import Interaction, Run, utcnow
 
 #: How long an answer waits for the owner of a parked run to pick it up.
 HANDOFF_SECONDS = 10.0
@@ -67,13 +68,34 @@ async def awaited(store: Store, run: Run) -> list[str]:
 
 
 async def ready_to_resume(store: Store, run: Run) -> bool:
-    """Whether ``run`` is paused and every answer it waits on is in."""
+    """Whether ``run`` is paused and every question it waits on is answered (or ended)."""
     if run.status != "paused_waiting_human":
         return False
     for iid in await awaited(store, run):
         if (await store.get_interaction(iid)).pending:
             return False
     return True
+
+
+async def expire_awaited(store: Store, run: Run) -> float | None:
+    """Expire what a paused run waits on that is due; seconds until the next expiry (or None).
+
+    The owner of a parked run calls it at each look, and sleeps no longer
+    than it says: a question expiring releases the run on time.
+    """
+    now = utcnow()
+    soonest: float | None = None
+    expired = False
+    for iid in await awaited(store, run):
+        question = await store.get_interaction(iid)
+        if question.due(now):
+            expired = True
+        elif question.pending and question.expires_at is not None:
+            left = (question.expires_at - now).total_seconds()
+            soonest = left if soonest is None else min(soonest, left)
+    if expired:
+        await store.expire_due(run.id)
+    return soonest
 
 
 class AnswerService:
@@ -104,9 +126,14 @@ class AnswerService:
         Raises:
             NotFoundError: No such question in this run.
             AlreadyAnsweredError: It has an answer (carries it).
-            InvalidAnswerError: Not JSON data, too large, or the ``await`` record.
+            QuestionClosedError: It expired, or its asker retracted it.
+            InvalidAnswerError: Not an answer the question accepts (not one of its
+                options, empty, not of its form), not JSON data, too large, or
+                the ``await`` record. Nothing is written: the question stays open.
         """
-        await self.question(run_id, interaction_id)
+        found = await self.question(run_id, interaction_id)
+        if found.pending:  # else the store says how it ended (answered, expired, retracted)
+            answer = lifecycle.check_fits(found, answer)
         result = await self.store.answer(interaction_id, answer, answered_by=answered_by)
         resumed = await self._resume_if_ready(run_id, interaction_id, answered_by)
         return AnswerOutcome(result.message is not None, resumed)
@@ -126,9 +153,11 @@ class AnswerService:
             if len(needed) != 1:
                 raise RunError(f"run '{run_id}' waits on {len(needed)} questions: name them")
             answers = {needed[0]: answers[""]} | {k: v for k, v in answers.items() if k}
-        for iid in answers:
-            await self.question(run_id, iid)
-        for iid, value in answers.items():
+        checked = {}
+        for iid, value in answers.items():  # every answer checked before any is written
+            found = await self.question(run_id, iid)
+            checked[iid] = lifecycle.check_fits(found, value) if found.pending else value
+        for iid, value in checked.items():
             await self.store.answer(iid, value, answered_by=answered_by)
         resumed = await self._resume_if_ready(run_id, None, answered_by)
         return AnswerOutcome(False, resumed)

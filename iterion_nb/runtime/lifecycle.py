@@ -9,11 +9,14 @@ store, atomically: exactly one outcome.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from iterion_nb.errors import AlreadyAnsweredError, QuestionClosedError
+from iterion_nb.errors import AlreadyAnsweredError, InvalidAnswerError, QuestionClosedError
+from iterion_nb.ir import model as m
+from iterion_nb.ir.values import matches_type as fits
 from iterion_nb.runtime.records import Interaction, Option
 
 #: The longest a question may stay open (a year): beyond, a mistake.
@@ -82,3 +85,92 @@ def closing_message(question: Interaction) -> str | None:
     if question.kind != "async" or question.ended != "expired":
         return None
     return f"[Question {question.id} expired unanswered]"
+
+
+# -- what an answer must be ------------------------------------------------------
+def accepts_of(schema: m.Schema) -> dict[str, Any]:
+    """What a human gate with output ``schema`` accepts: its fields, their types and values."""
+    fields: dict[str, Any] = {}
+    for name, spec in schema.fields.items():
+        entry: dict[str, Any] = {"type": str(spec.type)}
+        if spec.enum:
+            entry["enum"] = list(spec.enum)
+        fields[name] = entry
+    return {"fields": fields}
+
+
+def _empty(answer: Any) -> bool:
+    if answer is None:
+        return True
+    if isinstance(answer, str):
+        return not answer.strip()
+    return isinstance(answer, list | dict) and not answer
+
+
+def _field_problems(value: Any, name: str, entry: dict[str, Any]) -> list[str]:
+    written = str(entry.get("type", "json"))
+    spec = m.TypeSpec(written.removesuffix("[]"), written.endswith("[]"))
+    if not fits(value, spec):
+        return [f"'{name}' must be {written}"]
+    allowed = entry.get("enum")
+    if allowed and value not in allowed:
+        return [f"'{name}' must be one of {', '.join(map(str, allowed))}"]
+    return []
+
+
+def _accepts_problems(answer: Any, accepts: dict[str, Any]) -> list[str]:
+    fields: dict[str, Any] = accepts.get("fields") or {}
+    if not isinstance(answer, dict):
+        if len(fields) == 1:  # a gate with one field takes the bare value
+            name, entry = next(iter(fields.items()))
+            return _field_problems(answer, name, entry)
+        return [f"the answer must be an object with the fields {', '.join(fields)}"]
+    problems = []
+    for name, entry in fields.items():
+        if name not in answer:
+            problems.append(f"'{name}' is missing")
+        else:
+            problems.extend(_field_problems(answer[name], name, entry))
+    unknown = [key for key in answer if key not in fields]
+    if unknown:
+        problems.append(f"no field {', '.join(repr(k) for k in unknown)} in this form")
+    return problems
+
+
+def check_fits(question: Interaction, answer: Any) -> Any:
+    """The answer as it is kept, or refused saying why (nothing is written).
+
+    A question with options and no free text takes one of its options (by
+    id, or by label: an option given by its label is kept as its id, so what
+    the asker reads does not depend on which surface answered); free text
+    must not be empty; a human gate with an output schema takes its fields,
+    of their types.
+
+    Raises:
+        InvalidAnswerError: Empty, not an option, or not of the form's fields and types.
+    """
+    if question.accepts:
+        problems = _accepts_problems(answer, question.accepts)
+        if problems:
+            raise InvalidAnswerError(
+                f"the answer does not fit question '{question.id}': {'; '.join(problems)}"
+            )
+        return answer
+    if _empty(answer):
+        raise InvalidAnswerError(f"the answer to question '{question.id}' is empty")
+    if not question.options:
+        return answer
+    if isinstance(answer, str):
+        by_id = {o.id: o.id for o in question.options}
+        by_label = {o.label: o.id for o in question.options if o.label}
+        if answer in by_id or answer in by_label:
+            return by_id.get(answer) or by_label[answer]
+    if question.allow_free_text:
+        return answer
+    offered = ", ".join(
+        o.id if o.label in ("", o.id) else f"{o.id} ({o.label})" for o in question.options
+    )
+    raise InvalidAnswerError(
+        f"{json.dumps(answer, ensure_ascii=False)[:80]} is not one of the options of question"
+        f" '{question.id}': {offered}"
+    )

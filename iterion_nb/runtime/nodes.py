@@ -15,12 +15,14 @@ import shlex
 import signal
 import time
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iterion_nb.errors import ConflictError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.ir.evaluate import ExpressionError, evaluate
+from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import node_key
 from iterion_nb.runtime.ports import Backend, BackendRequest, BackendResult, Store
 from iterion_nb.runtime.records import Interaction, answer_text, utcnow
@@ -175,8 +177,12 @@ class NodeRunner:
         """
         visit = self.state.visits.get(node.name, 0)
         iid = f"{self.engine.run_id}-{node.name}-{f.branch}-v{visit}-{index}"
+        now = utcnow()
+        expires = None if node.expires_in is None else now + timedelta(seconds=node.expires_in)
+        schema = self._schema(node.output)
         record = Interaction(
-            iid, self.engine.run_id, node.name, "human", (question,), utcnow(), branch_id=f.branch,
+            iid, self.engine.run_id, node.name, "human", (question,), now, branch_id=f.branch,
+            expires_at=expires, accepts=None if schema is None else lifecycle.accepts_of(schema),
         )  # fmt: skip
         try:
             await self.store.add_interaction(record)
@@ -185,10 +191,11 @@ class NodeRunner:
             if (existing.node_id, existing.kind) != (node.name, "human"):
                 raise
             return iid
-        await self.engine.event_for(node.name, f.branch)(
-            "human_input_requested",
-            {"interaction_id": iid, "kind": "human", "question": question, "async": False},
-        )
+        data: dict[str, Any] = {"interaction_id": iid, "kind": "human", "question": question,
+                                "async": False}  # fmt: skip
+        if expires is not None:
+            data["expires_at"] = expires.isoformat()
+        await self.engine.event_for(node.name, f.branch)("human_input_requested", data)
         return iid
 
     async def _human_answered(self, node: m.HumanNode, f: Frontier, ids: list[str]) -> Any:
@@ -198,11 +205,17 @@ class NodeRunner:
             f.resume = {"interactions": ids}
             raise PauseRun(pending[0], {"interactions": ids})
         f.resume = None
-        answers = [r.answers for r in records]
-        await self.engine.event_for(node.name, f.branch)(
-            "human_answers_recorded",
-            {"interactions": ids, "answers": answers, "by": [r.answered_by for r in records]},
-        )
+        ended = [r for r in records if r.ended is not None]
+        if ended and node.on_expire.action == "fail":
+            what = "; ".join(f"{r.id} {r.ended}" for r in ended)
+            raise NodeError(node.name, f"the question expired unanswered ({what})")
+        default = node.on_expire.answer
+        answers = [default if r.ended is not None else r.answers for r in records]
+        by = ["default" if r.ended is not None else r.answered_by for r in records]
+        recorded: dict[str, Any] = {"interactions": ids, "answers": answers, "by": by}
+        if ended:
+            recorded["defaulted"] = [r.id for r in ended]
+        await self.engine.event_for(node.name, f.branch)("human_answers_recorded", recorded)
         if len(answers) > 1:
             return {"text": answer_text(answers[0]), "answers": answers}
         return self._human_output(node, answers[0])

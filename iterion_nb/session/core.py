@@ -24,7 +24,7 @@ from iterion_nb.api.holder import Holder
 from iterion_nb.errors import ResumeError, RunOwnedError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
-from iterion_nb.runtime.answers import AnswerService, ready_to_resume
+from iterion_nb.runtime.answers import AnswerService, expire_awaited, ready_to_resume
 from iterion_nb.runtime.engine import Engine, Outcome
 from iterion_nb.runtime.ownership import DEFAULT_TTL, Claimant
 from iterion_nb.runtime.ports import Backend, Store
@@ -330,6 +330,7 @@ class Session:
                     ours = run.lease is not None and run.lease.owner == self.claimant.id
                     if run.status != "paused_waiting_human" or not ours:
                         break
+                    expiry = await expire_awaited(self.store, run)
                     if await ready_to_resume(self.store, run):
                         self._parked.pop(run_id, None)
                         with contextlib.suppress(ResumeError):
@@ -338,8 +339,9 @@ class Session:
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # the store is away for a moment: look again later
-                    pass
-                await ticket.wait(timeout=self.poll_interval)
+                    expiry = None
+                wait = self.poll_interval if expiry is None else min(self.poll_interval, expiry)
+                await ticket.wait(timeout=max(wait, 0.0))
         self._parked.pop(run_id, None)
         if run_id not in self._engines:
             self.leases.drop(run_id)

@@ -103,17 +103,25 @@ async def test_questions_answered_over_rest_reach_the_agent(
         "id": "formal",
         "label": "Formal",
     }
-    for iid in ids:
+    # free text for a question that only takes its options: refused, and it stays open
+    status, refused = await asyncio.to_thread(
+        call, f"{base}/interactions/{ids[0]}/answer", "POST", {"answer": "via rest"}, token
+    )
+    assert status == 422 and refused["code"] == "invalid_answer"
+    assert "formal" in refused["message"] and "casual" in refused["message"]
+    status, still = await asyncio.to_thread(call, base + "/interactions/pending", token=token)
+    assert [q["id"] for q in still["interactions"]] == ids
+    for iid, answer in zip(ids, ["casual", "via rest"], strict=True):
         status, body = await asyncio.to_thread(
-            call, f"{base}/interactions/{iid}/answer", "POST", {"answer": "via rest"}, token
+            call, f"{base}/interactions/{iid}/answer", "POST", {"answer": answer}, token
         )
         assert (status, body) == (200, {"queued": True, "resumed": False})
     status, again = await asyncio.to_thread(
-        call, f"{base}/interactions/{ids[0]}/answer", "POST", {"answer": "twice"}, token
+        call, f"{base}/interactions/{ids[1]}/answer", "POST", {"answer": "twice"}, token
     )
     assert status == 409 and again["code"] == "already_answered" and again["existing"] == "via rest"
     assert await run.wait(10) == "finished"
-    assert [a["answer"] for a in run.outputs["gate"]["answers"]] == ["via rest", "via rest"]
+    assert [a["answer"] for a in run.outputs["gate"]["answers"]] == ["casual", "via rest"]
     status, shown = await asyncio.to_thread(call, base, token=token)
     assert status == 200 and shown["status"] == "finished"
     status, events = await asyncio.to_thread(call, base + "/events?after=0", token=token)
@@ -216,23 +224,28 @@ def test_cli_answers_a_run_live_in_another_process(tmp_path: Path) -> None:
             if len(pending) == 2:
                 break
         assert len(pending) == 2
-        for q in pending:
-            done = cli("runs", "answer", run_id, q["id"], "from another process", cwd=tmp_path)
+        # free text for the question that only takes its options: a message, not a traceback
+        refused = cli("runs", "answer", run_id, pending[0]["id"], "anything", cwd=tmp_path)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        assert "formal" in refused.stderr and "casual" in refused.stderr
+        # an option may be given by its label
+        for q, answer in zip(pending, ["Formal", "from another process"], strict=True):
+            done = cli("runs", "answer", run_id, q["id"], answer, cwd=tmp_path)
             assert (done.returncode, done.stdout) == (0, "answer queued for the agent\n")
         out, err = holder.communicate(timeout=30)
         assert holder.returncode == 0, err
         assert f"run {run_id} (release_notes): finished" in out
         shown = cli("runs", "show", run_id, "--json", cwd=tmp_path)
         answers = json.loads(shown.stdout)["outputs"]["gate"]["answers"]
-        assert [a["answer"] for a in answers] == ["from another process"] * 2
+        assert [a["answer"] for a in answers] == ["formal", "from another process"]
         # who answered what, and when
         asked = json.loads(shown.stdout)["interactions"]
         assert [(q["kind"], q["answers"], q["answered_by"]) for q in asked] == [
-            ("async", "from another process", "cli")
-        ] * 2
+            ("async", "formal", "cli"), ("async", "from another process", "cli")
+        ]  # fmt: skip
         assert all(q["answered_at"] for q in asked)
         text = cli("runs", "show", run_id, cwd=tmp_path).stdout
-        assert text.count('answered "from another process" by cli at ') == 2
+        assert text.count('answered "from another process" by cli at ') == 1
         assert not holder_file(db).exists()  # removed on a clean exit
     finally:
         if holder.poll() is None:

@@ -33,10 +33,10 @@ async def finished_run(session: Session) -> it.RunHandle:
     run = await session.start(it.compile((ROOT / "examples" / "async_questions.iter").read_text()))
     first = await run.next_question(timeout=10)
     assert first is not None
-    await run.answer(first.id, f"{EVIL} formal | casual", answered_by="ada")
+    await run.answer(first.id, "Formal", answered_by="ada")  # by its label
     second = await run.next_question(timeout=10)
     assert second is not None
-    await run.answer(second.id, "the inbox", answered_by="cli")
+    await run.answer(second.id, f"{EVIL} the inbox | the runs", answered_by="cli")
     assert await run.wait(10) == "finished"
     return run
 
@@ -57,8 +57,8 @@ async def test_markdown_report_has_every_section(session: Session) -> None:
         "| **async** | gatherer | Should the notes be formal or casual? |"
         " Formal (formal), Casual (casual) |" in md
     )
-    assert "&lt;script&gt;alert('x')&lt;/script&gt; formal \\| casual | ada |" in md
-    assert "| the inbox | cli |" in md
+    assert " Formal (formal), Casual (casual) | Formal (formal) | ada |" in md
+    assert "&lt;script&gt;alert('x')&lt;/script&gt; the inbox \\| the runs | cli |" in md
     assert "<script>" not in md.split("## Outputs")[0] + md.split("## Questions")[1]
     assert "Live run" not in md
 
