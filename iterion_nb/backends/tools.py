@@ -66,15 +66,24 @@ class Tool:
         schema.pop("title", None)
         return ToolSpec(self.name, self.description, schema)
 
+    def _parse(self, arguments: Any) -> pydantic.BaseModel:
+        try:
+            return self.model.model_validate(arguments if arguments is not None else {})
+        except pydantic.ValidationError as err:
+            problems = "; ".join(_problem(e) for e in err.errors())
+            raise ToolError(f"invalid input for {self.name}: {problems}") from None
+
+    def input_problem(self, arguments: Any) -> str | None:
+        """Why ``arguments`` are not a valid call (unknown or ill-typed ones named), or None."""
+        try:
+            self._parse(arguments)
+        except ToolError as err:
+            return str(err)
+        return None
+
     async def run(self, arguments: Any, context: ToolContext) -> str:
         """Validate ``arguments`` and call the tool; ToolError explains a bad call."""
-        try:
-            parsed = self.model.model_validate(arguments if arguments is not None else {})
-        except pydantic.ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in err.errors()
-            )
-            raise ToolError(f"invalid input for {self.name}: {problems}") from None
+        parsed = self._parse(arguments)
         kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
         if self.wants_context:
             kwargs["context"] = context
@@ -82,6 +91,13 @@ class Tool:
         if inspect.isawaitable(result):
             result = await result
         return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+
+def _problem(error: Any) -> str:
+    where = ".".join(str(p) for p in error["loc"]) or "input"
+    if error["type"] == "extra_forbidden":
+        return f"unknown argument '{where}'"
+    return f"{where}: {error['msg']}"
 
 
 def make_tool(
@@ -99,7 +115,10 @@ def make_tool(
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
     tool_name = name or fn.__name__
-    model = pydantic.create_model(f"{tool_name}_input", **fields)
+    # an argument the function does not take is an error the model hears, not ignored
+    model = pydantic.create_model(
+        f"{tool_name}_input", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
     doc = inspect.getdoc(fn) or ""
     text = description or doc.split("\n\n")[0].replace("\n", " ").strip() or tool_name
     return Tool(tool_name, text, fn, model, wants_context)

@@ -35,7 +35,7 @@ from iterion_nb.backends.claw.loop import AgentLoop
 from iterion_nb.errors import AlreadyAnsweredError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import BackendRequest, BackendResult
-from iterion_nb.runtime.records import Interaction, answer_text, utcnow
+from iterion_nb.runtime.records import Interaction, utcnow
 
 SERVER = "iterion"
 PREFIX = f"mcp__{SERVER}__"
@@ -186,13 +186,18 @@ class _Session:
             if record.pending:  # the CLI ran a call it was told to defer (parallel calls)
                 return {"content": "ask_user must be the only tool call of its turn; call it"
                         " again alone", "is_error": True}  # fmt: skip
-            return {"content": answer_text(record.answers)}
+            return {"content": it_tools.blocking_result(record)}
         if name == "await_answers":
             return await self._await_answers(call)
         block = await self.loop._run_call(call)
         return {"content": str(block["content"]), "is_error": bool(block.get("is_error"))}
 
     async def _await_answers(self, call: dict[str, Any]) -> dict[str, Any]:
+        try:
+            it_tools.check_input(it_tools.AWAIT_ANSWERS, call.get("input"))
+        except ValueError as err:
+            await self.ctx.emit("tool_error", {"tool": "await_answers", "error": str(err)})
+            return {"content": str(err), "is_error": True}
         if self.request.in_branch:
             await self.ctx.emit(
                 "tool_error", {"tool": "await_answers", "error": it_tools.IN_BRANCH}
@@ -259,6 +264,10 @@ class _Session:
                             "interactions": [record.id]})  # fmt: skip
 
     async def _pre_await(self, call: dict[str, Any]) -> Any:
+        try:
+            it_tools.check_input(it_tools.AWAIT_ANSWERS, call["input"])
+        except ValueError:
+            return {}  # the call runs, and its result tells the model what is wrong
         store, run_id = self.ctx.store, self.ctx.run_id
         pause_id = f"{self.loop._interaction_id(call)}-await"
         try:
@@ -289,8 +298,16 @@ class _Session:
     async def _tool_failed(self, data: dict[str, Any], tool_use_id: str | None, _: Any) -> Any:
         """A call the CLI refused or that failed (unknown tool, input against the schema)."""
         name = str(data.get("tool_name", "")).removeprefix(PREFIX)
-        await self.ctx.emit("tool_error", {"tool": name, "error": str(data.get("error", ""))})
-        return {}
+        # the CLI checks input against the schema in its own words, which may not name the
+        # argument: the model is told ours as well, as on the in-process loop
+        ours = self.loop.input_problem(name, data.get("tool_input"))
+        await self.ctx.emit(
+            "tool_error", {"tool": name, "error": ours or str(data.get("error", ""))}
+        )
+        if ours is None:
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": "PostToolUseFailure",
+                                       "additionalContext": ours}}  # fmt: skip
 
     async def _post_tool(self, data: dict[str, Any], tool_use_id: str | None, _: Any) -> Any:
         blocks = await self.loop._inbox(self.skip)
@@ -424,6 +441,7 @@ class _Session:
         state = self.request.resume
         if state:
             await self._check_answered(state)
+            await self.loop._watch_expiries()
             result = await self._query(RESUME_PROMPT, state["session_id"])
         else:
             result = await self._query(self.request.user or "Begin.", None)

@@ -18,6 +18,7 @@ carries the problems, then the node fails resumably.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -36,11 +37,18 @@ from iterion_nb.backends.providers.base import (
     TransientProviderError,
 )
 from iterion_nb.backends.tools import Tool, ToolContext, ToolError, resolve_tools
-from iterion_nb.errors import AlreadyAnsweredError, ConflictError, NodeError, PauseRun
+from iterion_nb.errors import (
+    AlreadyAnsweredError,
+    ConflictError,
+    NodeError,
+    NotFoundError,
+    PauseRun,
+    QuestionClosedError,
+)
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.doorbell import Ticket, node_key
 from iterion_nb.runtime.ports import BackendRequest, BackendResult, NodeContext
-from iterion_nb.runtime.records import Interaction, answer_text, utcnow
+from iterion_nb.runtime.records import Interaction, Option, answer_text, utcnow
 from iterion_nb.runtime.values import check_record
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
@@ -148,6 +156,8 @@ class AgentLoop:
         self._answered_inline: set[str] = set()
         self._replies = 0  # the model's replies so far in this conversation
         self._sent = 0  # messages already recorded in an llm_request event
+        #: When questions this node posted expire (the inbox looks then, to say so).
+        self._expiries: list[float] = []
 
     # -- the conversation ----------------------------------------------------
     def system_prompt(self) -> str:
@@ -226,7 +236,7 @@ class AgentLoop:
             record = await self.ctx.store.get_interaction(state["interaction"])
             if record.pending:
                 raise PauseRun(record.id, state)
-            results.append(_result(state["tool_use_id"], answer_text(record.answers)))
+            results.append(_result(state["tool_use_id"], it_tools.blocking_result(record)))
         else:
             records = [await self.ctx.store.get_interaction(i) for i in state["waits_on"]]
             pending = [r.id for r in records if r.pending]
@@ -239,8 +249,21 @@ class AgentLoop:
                 await self.ctx.store.answer(state["interaction"], summary, answered_by="iterion")
             except AlreadyAnsweredError:
                 pass
+        await self._watch_expiries()
         messages.append({"role": "user", "content": results + await self._inbox(skip)})
         return messages
+
+    async def _watch_expiries(self) -> None:
+        """After a pause or a crash: when this node's open questions expire."""
+        mine = await self.ctx.store.pending_interactions(
+            self.ctx.run_id, node_id=self.node.name, kind="async"
+        )
+        self._expiries = [self._expiry(q) for q in mine if q.expires_at is not None]
+
+    @staticmethod
+    def _expiry(question: Interaction) -> float:
+        assert question.expires_at is not None
+        return time.monotonic() + (question.expires_at - utcnow()).total_seconds()
 
     async def _turn(self, messages: list[Message]) -> ProviderResponse:
         request = ProviderRequest(
@@ -288,11 +311,15 @@ class AgentLoop:
         """
         ticket = self._ticket
         now = time.monotonic()
+        expired = [t for t in self._expiries if t <= now]
         if ticket is not None:
             rung = ticket.consume()
-            if only_if_rung and not rung and now - self._looked < INBOX_POLL:
+            if only_if_rung and not rung and not expired and now - self._looked < INBOX_POLL:
                 return []
         self._looked = now
+        if expired:  # its own questions expiring: recorded now, told below
+            self._expiries = [t for t in self._expiries if t > now]
+            await self.ctx.store.expire_due(self.ctx.run_id)
         messages = await self.ctx.store.drain_messages(self.ctx.run_id, self.ctx.node_id)
         blocks = []
         known = (skip or set()) | self._answered_inline
@@ -320,6 +347,18 @@ class AgentLoop:
             results.append(await self._block(blocking, messages, results))
         return results
 
+    def input_problem(self, name: str, arguments: Any) -> str | None:
+        """What is wrong with the arguments of a call of ``name``, in our words (None: fine)."""
+        spec = next((s for s in self.interaction_specs if s.name == name), None)
+        if spec is not None:
+            try:
+                it_tools.check_input(spec, arguments)
+            except ValueError as err:
+                return str(err)
+            return None
+        tool = self.tools.get(name)
+        return None if tool is None else tool.input_problem(arguments)
+
     def _granted(self, name: str) -> bool:
         return any(spec.name == name for spec in self.interaction_specs)
 
@@ -327,6 +366,8 @@ class AgentLoop:
         name, args = call["name"], call.get("input") or {}
         if name == "ask_user_async" and self._granted(name):
             return await self._ask_async(call)
+        if name in ("retract_question", "amend_question") and self._granted(name):
+            return await self._change_question(call)
         await self.ctx.emit("tool_called", {"tool": name, "input": args})
         tool = self.tools.get(name)
         try:
@@ -356,6 +397,11 @@ class AgentLoop:
             await self.ctx.emit("tool_error", {"tool": call["name"], "error": str(err)})
             return _result(call["id"], str(err), True)
         record = await self._post(record)
+        if record.expires_at is not None and record.pending:
+            self._expiries.append(self._expiry(record))
+        if record.ended is not None:
+            self._answered_inline.add(record.id)
+            return _result(call["id"], it_tools.EXPIRED.format(id=record.id))
         if not record.pending:
             # asked again by a node re-run after a crash, and answered meanwhile (maybe
             # delivered to the dead run): the answer comes with the call, not twice
@@ -363,6 +409,70 @@ class AgentLoop:
             answer = answer_text(record.answers)
             return _result(call["id"], it_tools.ANSWERED.format(id=record.id, answer=answer))
         return _result(call["id"], it_tools.POSTED.format(id=record.id))
+
+    async def _change_question(self, call: Block) -> Block:
+        """``retract_question`` / ``amend_question``: only on this node's own open questions."""
+        name = call["name"]
+        spec = it_tools.RETRACT_QUESTION if name == "retract_question" else it_tools.AMEND_QUESTION
+        try:
+            args = it_tools.check_input(spec, call.get("input"))
+            text = await (self._retract(args) if name == "retract_question" else self._amend(args))
+        except ValueError as err:
+            await self.ctx.emit("tool_error", {"tool": name, "error": str(err)})
+            return _result(call["id"], str(err), True)
+        await self.ctx.emit("tool_result", {"tool": name, "id": call["id"], "result": text})
+        return _result(call["id"], text)
+
+    async def _own_question(self, iid: str) -> Interaction:
+        """One of this node's questions, by its id (or by the id of the call that asked it)."""
+        found = None
+        for candidate in (iid, f"{self.ctx.run_id}-{iid}"):
+            with contextlib.suppress(NotFoundError):
+                found = await self.ctx.store.get_interaction(candidate)
+                break
+        if found is None or found.run_id != self.ctx.run_id or found.node_id != self.node.name:
+            raise ValueError(f"no question '{iid}' asked by this agent")
+        if found.kind != "async":
+            raise ValueError(f"question '{iid}' was not posted with ask_user_async")
+        return found
+
+    async def _retract(self, args: dict[str, Any]) -> str:
+        reason = str(args["reason"]).strip()
+        if not reason:
+            raise ValueError("'reason' must say why, for the person")
+        before = await self._own_question(str(args["id"]))
+        after = await self.ctx.store.retract(before.id, reason)
+        if after.answered_at is not None:  # the answer won: it comes here, not in the inbox
+            self._answered_inline.add(after.id)
+        elif after.ended == "expired":
+            self._answered_inline.add(after.id)  # this result says it; the notice is not repeated
+        return it_tools.retracted_text(before, after)
+
+    async def _amend(self, args: dict[str, Any]) -> str:
+        question = args.get("question")
+        if question is not None and not str(question).strip():
+            raise ValueError("'question' must be a non-empty string")
+        if question is None and "options" not in args and "allow_free_text" not in args:
+            raise ValueError("give what changes: 'question', 'options' or 'allow_free_text'")
+        options: tuple[Option, ...] | None = None
+        if "options" in args:
+            options = it_tools.options_of(args["options"])
+        before = await self._own_question(str(args["id"]))
+        try:
+            after = await self.ctx.store.amend(
+                before.id, questions=None if question is None else (str(question),),
+                options=options, allow_free_text=args.get("allow_free_text"),
+            )  # fmt: skip
+        except AlreadyAnsweredError as err:
+            self._answered_inline.add(before.id)
+            return (
+                f"question {before.id} was answered before it could be changed:"
+                f" {answer_text(err.existing)}"
+            )
+        except QuestionClosedError as err:
+            self._answered_inline.add(before.id)
+            return f"question {before.id} can no longer be changed: it {err.ended}"
+        return f"question {after.id} updated (revision {after.revision}); the person sees it now"
 
     async def _post(self, record: Interaction, **extra: Any) -> Interaction:
         """Record a question; a node re-run after a crash finds its own and reuses it."""
@@ -381,7 +491,8 @@ class AgentLoop:
             "human_input_requested",
             {"interaction_id": record.id, "kind": record.kind, "question": record.question,
              "options": [{"id": o.id, "label": o.label} for o in record.options],
-             "async": record.kind == "async", **extra},
+             "async": record.kind == "async", **extra}
+            | ({} if record.expires_at is None else {"expires_at": record.expires_at.isoformat()}),
         )  # fmt: skip
 
     async def _block(self, call: Block, messages: list[Message], results: list[Block]) -> Block:
@@ -394,12 +505,18 @@ class AgentLoop:
                     self.ctx.branch_id, "ask_user", call.get("input") or {},
                 )  # fmt: skip
             except ValueError as err:
+                await self.ctx.emit("tool_error", {"tool": call["name"], "error": str(err)})
                 return _result(call["id"], str(err), True)
             record = await self._post(record)
-            if not record.pending:  # answered before a crash made us replay the call
-                return _result(call["id"], answer_text(record.answers))
+            if not record.pending:  # answered (or expired) before a crash made us replay it
+                return _result(call["id"], it_tools.blocking_result(record))
             state |= {"kind": "ask_user", "interaction": record.id, "interactions": [record.id]}
             raise PauseRun(record.id, state)
+        try:
+            it_tools.check_input(it_tools.AWAIT_ANSWERS, call.get("input"))
+        except ValueError as err:
+            await self.ctx.emit("tool_error", {"tool": call["name"], "error": str(err)})
+            return _result(call["id"], str(err), True)
         if self.request.in_branch:
             await self.ctx.emit(
                 "tool_error", {"tool": "await_answers", "error": it_tools.IN_BRANCH}
