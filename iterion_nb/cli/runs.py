@@ -27,7 +27,9 @@ from iterion_nb.errors import AlreadyAnsweredError, IterionError, RunOwnedError
 from iterion_nb.ir import compile_file
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
+from iterion_nb.runtime import replay
 from iterion_nb.session import RunHandle, Session, SessionService
+from iterion_nb.session.launch import answers_yaml
 from iterion_nb.store import DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.location import store_url
@@ -51,6 +53,13 @@ def add_commands(sub: Any) -> None:
     run.add_argument("file")
     run.add_argument("--var", action="append", default=[], metavar="K=V")
     run.add_argument("--scenario", help="the scripted model's scenario (YAML or JSON)")
+    run.add_argument(
+        "--answers", metavar="FILE",
+        help="answer matching questions from this file (written by `runs answers --export`)",
+    )  # fmt: skip
+    run.add_argument(
+        "--answers-from", metavar="RUN", help="answer matching questions as run RUN was answered"
+    )
     _cluster(run)
     run.add_argument(
         "--detach", action="store_true",
@@ -66,6 +75,13 @@ def add_commands(sub: Any) -> None:
         parser = verbs.add_parser(verb, help=text)
         parser.add_argument("run_id")
         _common(parser)
+    pinned = verbs.add_parser("answers", help="a run's answers, to replay in another run")
+    pinned.add_argument("run_id")
+    pinned.add_argument(
+        "--export", metavar="FILE",
+        help="write them as YAML for `run --answers FILE` ('-': to stdout)",
+    )  # fmt: skip
+    _common(pinned)
     answer = verbs.add_parser("answer", help="answer one question of a run")
     answer.add_argument("run_id")
     answer.add_argument("interaction_id")
@@ -163,6 +179,10 @@ async def _direct(args: argparse.Namespace, action: str, retried: bool = False) 
             return {
                 "interactions": [interaction_json(i) for i in await service.pending(args.run_id)]
             }
+        if action == "answers":
+            record = await service.get_run(args.run_id)
+            asked = await service.interactions(args.run_id)
+            return {"run": record.id, "workflow": record.workflow, "answers": replay.export(asked)}
         if action == "cancel":
             return {"status": await service.cancel(args.run_id)}
         try:
@@ -195,12 +215,29 @@ async def _remote(client: HttpClient, args: argparse.Namespace, action: str) -> 
         return run
     if action == "questions":
         return await client.call("GET", base + "/interactions/pending")
+    if action == "answers":
+        run = await client.call("GET", base)
+        asked = (await client.call("GET", base + "/interactions"))["interactions"]
+        return {"run": run["id"], "workflow": run["workflow"], "answers": _pins(asked)}
     if action == "cancel":
         return await client.call("POST", base + "/cancel", {})
     return await client.call(
         "POST", f"{base}/interactions/{args.interaction_id}/answer",
         {"answer": _answer(args), "answered_by": args.answered_by},
     )  # fmt: skip
+
+
+def _pins(asked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """replay.export, from questions as the REST API gives them."""
+    pins = []
+    for q in asked:
+        if q["kind"] == "await" or q["answered_at"] is None:
+            continue
+        pin: dict[str, Any] = {"node": q["node_id"], "question": q["question"]}
+        if q["options"]:
+            pin["options"] = [o["id"] for o in q["options"]]
+        pins.append(pin | {"answer": q["answers"]})
+    return pins
 
 
 def _answer(args: argparse.Namespace) -> Any:
@@ -259,6 +296,8 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(str(err), EXIT_OWNED) from None
     except IterionError as err:
         raise CliError(str(err)) from None
+    if action == "answers" and args.export is not None:
+        return _export(result, args.export, out)
     if not remote:
         _print(result, action, args.json, out)
         return 0
@@ -312,7 +351,10 @@ async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
             )
         if args.command == "run":
             variables = dict(_pair(v) for v in args.var)
-            handle = await session.start(compile_file(Path(args.file)), vars=variables)
+            handle = await session.start(
+                compile_file(Path(args.file)), vars=variables,
+                answers=args.answers, answers_from=args.answers_from,
+            )  # fmt: skip
         else:
             handle = await session.resume(args.run_id, force=args.force, scenario=args.scenario)
         if detach:
@@ -399,6 +441,31 @@ def _answered(result: Any) -> list[str]:
     return [f"answer {state}{resumed}{final}"]
 
 
+def _export(result: dict[str, Any], target: str, out: TextIO) -> int:
+    """Write a run's answers as the YAML ``run --answers`` reads."""
+    text = answers_yaml(result["run"], result["workflow"], result["answers"])
+    if target == "-":
+        out.write(text)
+        return 0
+    path = Path(target)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise CliError(f"cannot write {path}: {err.strerror or err}") from None
+    count = len(result["answers"])
+    out.write(f"wrote {count} answer{'s' * (count != 1)} of run {result['run']} to {path}\n")
+    return 0
+
+
+def _pinned(result: Any) -> list[str]:
+    lines = []
+    for pin in result["answers"]:
+        options = f" [{', '.join(pin['options'])}]" if pin.get("options") else ""
+        answer = json.dumps(pin["answer"], ensure_ascii=False)[:200]
+        lines.append(f"{pin['node']}: {pin['question']}{options}\n  -> {answer}")
+    return lines or [f"run {result['run']} has no answers"]
+
+
 def _cancelled(result: Any) -> list[str]:
     return [str(result["status"])]
 
@@ -407,5 +474,6 @@ _TEXT: dict[str, Callable[[Any], list[str]]] = {
     "list": _listing,
     "show": _shown,
     "questions": _questions,
+    "answers": _pinned,
     "cancel": _cancelled,
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -28,9 +29,11 @@ from iterion_nb.ir import analyze, compile_workflow
 from iterion_nb.magics.display import Table, diagnostics_table
 from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, inbox
 from iterion_nb.report.build import format_for
+from iterion_nb.runtime import replay
 from iterion_nb.runtime.records import Run
 from iterion_nb.runtime.values import resolve_vars
 from iterion_nb.session import Session
+from iterion_nb.session.launch import answers_yaml, read_answers
 from iterion_nb.store.location import is_store_url, resolve_store_path, store_url
 from iterion_nb.widgets import InboxWidget
 
@@ -64,6 +67,8 @@ def _cell_parser() -> _Parser:
     p.add_argument("--scenario", metavar="EXPR", help="a scenario dict or file path (Python)")
     p.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: the workflow's)")
     p.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
+    p.add_argument("--answers", metavar="FILE", help="pinned answers (runs answers --export)")
+    p.add_argument("--answers-from", metavar="RUN", help="pin the answers run RUN got")
     return p
 
 
@@ -90,6 +95,9 @@ def _line_parser() -> _Parser:
     resume.add_argument("--force", action="store_true")
     for verb in ("show", "cancel", "wait"):
         verbs.add_parser(verb, add_help=False).add_argument("run_id")
+    pinned = verbs.add_parser("answers", add_help=False)
+    pinned.add_argument("run_id")
+    pinned.add_argument("--export", metavar="FILE")
     report = verbs.add_parser("report", add_help=False)
     report.add_argument("run_id")
     report.add_argument("--format", choices=("html", "md"))
@@ -103,7 +111,7 @@ def _line_parser() -> _Parser:
 USAGE = (
     "%iterion runs | show RUN | inbox [RUN] | questions RUN [--wait N]"
     " | answer RUN IID TEXT [--if-pending]"
-    " | resume RUN"
+    " | resume RUN | answers RUN [--export FILE]"
     " | cancel RUN | wait RUN | report RUN [--format html|md] [-o FILE]"
     "  (each takes --store PATH)"
 )
@@ -190,7 +198,10 @@ class IterionMagics(Magics):
     # -- %%iterion -----------------------------------------------------------
     @cell_magic("iterion")  # type: ignore[arg-type]
     def iterion_cell(self, line: str, cell: str) -> Any:
-        """``%%iterion [NAME] [--run] [--var k=v] [--scenario EXPR] [--backend B] [--store P]``."""
+        """``%%iterion [NAME] [--run] [--var k=v] [--scenario EXPR] [--backend B] [--store P] …``.
+
+        ``--answers FILE`` / ``--answers-from RUN`` pin answers (see docs/jupyter.md).
+        """
         args = _cell_parser().parse_args(_split(line))
         self._expanded("%%iterion", args.store)
         if args.backend is not None and args.backend not in BACKENDS:
@@ -223,6 +234,10 @@ class IterionMagics(Magics):
         except IterionError as err:
             raise UsageError(f"%%iterion: {err}") from None
         scenario = self._scenario(args.scenario)
+        try:
+            pins = None if args.answers is None else read_answers(args.answers)
+        except IterionError as err:
+            raise UsageError(f"%%iterion --answers: {err}") from None
         session = self.session(args.store)
         run_id = uuid.uuid4().hex[:12]
 
@@ -230,8 +245,9 @@ class IterionMagics(Magics):
 
         async def start() -> LiveRun:
             await session.start(
-                wf, values, run_id=run_id, source=cell, scenario=scenario, backend=args.backend
-            )
+                wf, values, run_id=run_id, source=cell, scenario=scenario, backend=args.backend,
+                answers=pins, answers_from=args.answers_from,
+            )  # fmt: skip
             return LiveRun(session, run_id, wf)
 
         return self._awaitable(start(), "%%iterion --run")
@@ -352,6 +368,21 @@ class IterionMagics(Magics):
             return HTML(text)  # type: ignore[no-untyped-call]
         return Markdown(text)  # type: ignore[no-untyped-call]
 
+    async def _answers(self, session: Session, args: argparse.Namespace) -> Any:
+        run = await session.store.get_run(args.run_id)
+        pins = replay.export(await session.store.interactions(args.run_id))
+        if args.export is None:
+            rows = [[p["node"], p["question"], ", ".join(p.get("options", ())),
+                     json.dumps(p["answer"], ensure_ascii=False)] for p in pins]  # fmt: skip
+            title = f"{len(rows)} answer(s) of run {run.id}"
+            return Table(title, ["node", "question", "options", "answer"], rows)
+        path = Path(args.export)
+        try:
+            path.write_text(answers_yaml(run.id, run.workflow, pins), encoding="utf-8")
+        except OSError as err:
+            raise UsageError(f"%iterion answers: cannot write {path}: {err.strerror}") from None
+        return f"wrote {len(pins)} answer(s) of run {run.id} to {args.export}"
+
     async def _wait(self, session: Session, args: argparse.Namespace) -> str:
         await session.store.get_run(args.run_id)
         try:
@@ -363,9 +394,11 @@ class IterionMagics(Magics):
 
 
 #: The ``%iterion`` commands.
-VERBS = ("runs", "show", "inbox", "questions", "answer", "resume", "cancel", "wait", "report")
+VERBS = (
+    "runs", "show", "inbox", "questions", "answer", "resume", "cancel", "wait", "report", "answers",
+)  # fmt: skip
 #: The line magics' arguments that name a run, a question or a place.
-_ID_ARGS = ("run_id", "interaction_id", "store", "output", "scenario")
+_ID_ARGS = ("run_id", "interaction_id", "store", "output", "scenario", "export")
 
 
 def _scripted(run: Run) -> bool:

@@ -203,7 +203,7 @@ class AnswerService:
             await self.resumer.resume_answered(run_id, by)
         except RunOwnedError:
             return True  # another process took it first: it resumes there
-        except ResumeError:
+        except ResumeError:  # its parked watcher was faster: it went on (maybe ended) already
             latest = await self.store.get_run(run_id)
-            return latest.status == "running"
+            return latest.status in ("running", "finished", "failed", "failed_resumable")
         return True

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from iterion_nb.errors import ConflictError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.ir.evaluate import ExpressionError, evaluate
-from iterion_nb.runtime import lifecycle
+from iterion_nb.runtime import lifecycle, replay
 from iterion_nb.runtime.doorbell import node_key
 from iterion_nb.runtime.ports import Backend, BackendRequest, BackendResult, Store
 from iterion_nb.runtime.records import Interaction, answer_text, utcnow
@@ -190,12 +190,14 @@ class NodeRunner:
             existing = await self.store.get_interaction(iid)
             if (existing.node_id, existing.kind) != (node.name, "human"):
                 raise
+            await replay.answer_pinned(self.store, existing)  # its owner died before it could
             return iid
         data: dict[str, Any] = {"interaction_id": iid, "kind": "human", "question": question,
                                 "async": False}  # fmt: skip
         if expires is not None:
             data["expires_at"] = expires.isoformat()
         await self.engine.event_for(node.name, f.branch)("human_input_requested", data)
+        await replay.answer_pinned(self.store, record)
         return iid
 
     async def _human_answered(self, node: m.HumanNode, f: Frontier, ids: list[str]) -> Any:

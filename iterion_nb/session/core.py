@@ -24,6 +24,7 @@ from iterion_nb.api.holder import Holder
 from iterion_nb.errors import ResumeError, RunOwnedError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
+from iterion_nb.runtime import replay
 from iterion_nb.runtime.answers import AnswerService, expire_awaited, ready_to_resume
 from iterion_nb.runtime.engine import Engine, Outcome
 from iterion_nb.runtime.ownership import DEFAULT_TTL, Claimant
@@ -35,9 +36,11 @@ from iterion_nb.runtime.values import resolve_vars
 from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, DaskExecutor
 from iterion_nb.session.handle import RunHandle
 from iterion_nb.session.launch import (
+    Answers,
     Scenario,
     backend_for,
     default_backends,
+    read_answers,
     scenario_data,
     store_spec,
     workflow_of,
@@ -139,11 +142,18 @@ class Session:
         source: str | None = None,
         scenario: Scenario | None = None,
         backend: str | None = None,
+        answers: Answers | None = None,
+        answers_from: str | None = None,
     ) -> RunHandle:
         """Start a run as a background task, owned by this session; return its handle at once.
 
         ``backend`` names the backend for nodes that name none (instead of the
         workflow's ``default_backend``), when the session uses the default backends.
+        ``answers`` pins answers (a YAML file as ``iterion-nb runs answers --export``
+        writes, or its content); ``answers_from`` pins the answers another run of
+        this store got. A question whose node, text and options match a pin is
+        answered at once (``answered_by: "replay"``, the k-th ask of one question
+        by its k-th answer); the others are asked as usual.
 
         Raises:
             VarsError: A variable is missing, unknown or of the wrong type
@@ -160,6 +170,12 @@ class Session:
         recorded = scenario_data(scenario if scenario is not None else self._scenario)
         if recorded is not None and not self._custom_backend:
             launch["scenario"] = recorded
+        pins = [] if answers is None else read_answers(answers)
+        if answers_from is not None:
+            await self.store.get_run(answers_from)  # NotFoundError names an unknown run
+            pins += replay.export(await self.store.interactions(answers_from))
+        if pins:
+            launch["answers"] = pins
         now = utcnow()
         run = RunRecord(
             id=run_id or uuid.uuid4().hex[:12], workflow=wf.name, source_hash=wf.source_hash,

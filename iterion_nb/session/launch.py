@@ -8,7 +8,8 @@ kernel restart, from the CLI — gives its scripted model the same script.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from iterion_nb.backends.router import BackendRouter
@@ -16,8 +17,11 @@ from iterion_nb.errors import RunError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Backend
+from iterion_nb.runtime.replay import AnswersFileError, pins_of
 
 Scenario = Mapping[str, Any] | str | os.PathLike[str]
+#: Pinned answers: a YAML/JSON file, or its content (``{"answers": [...]}`` or the list).
+Answers = Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | os.PathLike[str]
 
 
 def default_backends(scenario: Scenario | None) -> BackendRouter:
@@ -46,6 +50,41 @@ def scenario_data(scenario: Scenario | None) -> dict[str, Any] | None:
         return load_scenario(source)
     except Exception as err:  # unreadable file, YAML or JSON errors, a malformed scenario
         raise RunError(f"scenario: {err}") from None
+
+
+def read_answers(answers: Answers) -> list[dict[str, Any]]:
+    """Pinned answers as checked data (a file is read: YAML, or JSON which is YAML).
+
+    Raises:
+        AnswersFileError: The file cannot be read, or is not pinned answers
+            (the message names the file, the entry and the field).
+    """
+    import yaml
+
+    if isinstance(answers, str | os.PathLike):
+        path = Path(os.fspath(answers))
+        try:
+            document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise AnswersFileError(f"{path}: cannot read it: {err.strerror or err}") from None
+        except UnicodeDecodeError:
+            raise AnswersFileError(f"{path}: not UTF-8 text") from None
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            problem = getattr(err, "problem", None) or "not YAML"
+            raise AnswersFileError(f"{where}: {problem}") from None
+        return pins_of(document, str(path))
+    return pins_of(answers)
+
+
+def answers_yaml(run_id: str, workflow: str, pins: Sequence[Mapping[str, Any]]) -> str:
+    """A run's answers as the YAML file ``--answers`` reads (with a comment saying whose)."""
+    import yaml
+
+    document = {"run": run_id, "workflow": workflow, "answers": [dict(p) for p in pins]}
+    head = f"# the answers of run {run_id} ({workflow}), to replay with --answers\n"
+    return head + yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
 def store_spec(given: Any, store: Any) -> str:

@@ -448,3 +448,34 @@ def test_the_magics_on_a_postgresql_store(
     assert not result.success
     err = capsys.readouterr().err
     assert "mysql" in err and "pw" not in err and "Traceback" not in err
+
+
+def test_pinned_answers_through_the_magics(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Export a run's answers, then runs that nobody answers: from the file, from the run."""
+    launch = "%%iterion --run --var topic=tea --scenario scenario --store $store"
+    first = ok(shell, launch + "\n" + WORKFLOW)
+    shell.user_ns.update({"r": first, "pins": str(tmp_path / "pins.yaml")})
+    ok(shell, "q = await r.next_question(timeout=10)")
+    ok(shell, "%iterion answer {r.id} {q.id} Formal")  # by its label: kept as its id
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    table = ok(shell, "%iterion answers {r.id}")
+    assert 'writer  Tone?     formal   "formal"' in repr(table)
+    said = ok(shell, "%iterion answers {r.id} --export $pins")
+    assert said == f"wrote 1 answer(s) of run {first.id} to {tmp_path / 'pins.yaml'}"
+    for how in ("--answers $pins", "--answers-from {r.id}"):
+        again = ok(shell, f"{launch} {how}\n" + WORKFLOW)
+        shell.user_ns["again"] = again
+        assert ok(shell, "await again.wait(timeout=10)") == "finished"  # nobody answered
+        assert again.outputs["gate"]["answers"][0]["answer"] == "formal"
+        asked = ok(shell, "await again.questions()")
+        assert [(q.answers, q.answered_by) for q in asked] == [("formal", "replay")]
+    (tmp_path / "bad.yaml").write_text("answers:\n  - node: writer\n")
+    capsys.readouterr()
+    result = run(
+        shell, f"%%iterion --run --var topic=tea --answers {tmp_path / 'bad.yaml'}\n" + WORKFLOW
+    )
+    _, err = capsys.readouterr()
+    assert not result.success and err.count("\n") == 1 and err.startswith("UsageError:"), err
+    assert "bad.yaml: answer 1: 'question' must be a non-empty string" in err

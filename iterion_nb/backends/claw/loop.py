@@ -46,6 +46,7 @@ from iterion_nb.errors import (
     QuestionClosedError,
 )
 from iterion_nb.ir import model as m
+from iterion_nb.runtime import replay
 from iterion_nb.runtime.doorbell import Ticket, node_key
 from iterion_nb.runtime.ports import BackendRequest, BackendResult, NodeContext
 from iterion_nb.runtime.records import Interaction, Option, answer_text, utcnow
@@ -475,16 +476,23 @@ class AgentLoop:
         return f"question {after.id} updated (revision {after.revision}); the person sees it now"
 
     async def _post(self, record: Interaction, **extra: Any) -> Interaction:
-        """Record a question; a node re-run after a crash finds its own and reuses it."""
+        """Record a question; a node re-run after a crash finds its own and reuses it.
+
+        A run started with pinned answers answers it at once (``replay``): a
+        blocking question then comes back answered; an async one is answered
+        like a person's fast answer, read at the agent's next turn.
+        """
         try:
             await self.ctx.store.add_interaction(record)
         except ConflictError:
             existing = await self.ctx.store.get_interaction(record.id)
             if (existing.node_id, existing.kind) != (record.node_id, record.kind):
                 raise
-            return existing
+            replayed = await replay.answer_pinned(self.ctx.store, existing)
+            return existing if replayed is None or record.kind == "async" else replayed
         await self._announce(record, **extra)
-        return record
+        replayed = await replay.answer_pinned(self.ctx.store, record)
+        return record if replayed is None or record.kind == "async" else replayed
 
     async def _announce(self, record: Interaction, **extra: Any) -> None:
         await self.ctx.emit(

@@ -1,0 +1,94 @@
+"""``runs answers --export``, ``run --answers FILE`` and ``run --answers-from RUN`` (issue 19).
+
+The real ``iterion-nb`` command in subprocesses, on a DuckDB store in a
+temporary directory: a run answered from another terminal, its answers
+exported, then two runs that nobody answers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "async_questions.iter"
+SCENARIO = ROOT / "examples" / "async_questions.scenario.yaml"
+CLI = Path(sys.executable).parent / "iterion-nb"
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CLI), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def answered_run(tmp_path: Path) -> str:
+    """The example run in the foreground, its two questions answered from another process."""
+    proc = subprocess.Popen(
+        [str(CLI), "run", str(EXAMPLE), "--scenario", str(SCENARIO)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        run_id = proc.stdout.readline().split()[1]
+        pending: list[dict[str, str]] = []
+        for _ in range(300):
+            listed = cli("runs", "questions", run_id, "--json", cwd=tmp_path)
+            pending = json.loads(listed.stdout)["interactions"]
+            if len(pending) == 2:
+                break
+        for q, text in zip(pending, ["casual", "the inbox"], strict=True):
+            assert cli("runs", "answer", run_id, q["id"], text, cwd=tmp_path).returncode == 0
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        return run_id
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_export_then_replay_from_the_file_and_from_the_run(tmp_path: Path) -> None:
+    recorded = answered_run(tmp_path)
+    listed = cli("runs", "answers", recorded, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [
+        "gatherer: Should the notes be formal or casual? [formal, casual]",
+        '  -> "casual"',
+        "gatherer: Which feature should come first?",
+        '  -> "the inbox"',
+    ]
+    done = cli("runs", "answers", recorded, "--export", "answers.yaml", cwd=tmp_path)
+    assert done.stdout == f"wrote 2 answers of run {recorded} to answers.yaml\n"
+    document = yaml.safe_load((tmp_path / "answers.yaml").read_text())
+    assert document["run"] == recorded and len(document["answers"]) == 2
+    outputs = json.loads(cli("runs", "show", recorded, "--json", cwd=tmp_path).stdout)["outputs"]
+
+    for how in (["--answers", "answers.yaml"], ["--answers-from", recorded]):
+        replayed = cli(
+            "run", str(EXAMPLE), "--scenario", str(SCENARIO), "--json", *how, cwd=tmp_path
+        )  # nobody answers: the command returns on its own
+        assert replayed.returncode == 0, replayed.stderr
+        shown = json.loads(replayed.stdout)
+        assert shown["status"] == "finished"
+        answers = [a["answer"] for a in shown["outputs"]["gate"]["answers"]]
+        assert answers == [a["answer"] for a in outputs["gate"]["answers"]]
+        assert shown["outputs"]["finalizer"] == outputs["finalizer"]
+        asked = json.loads(cli("runs", "show", shown["id"], "--json", cwd=tmp_path).stdout)
+        assert [q["answered_by"] for q in asked["interactions"]] == ["replay", "replay"]
+
+
+def test_bad_answers_are_a_message_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("answers:\n  - node: gatherer\n    answer: x\n")
+    bad = cli("run", str(EXAMPLE), "--scenario", str(SCENARIO), "--answers", "bad.yaml",
+              cwd=tmp_path)  # fmt: skip
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "bad.yaml: answer 1: 'question' must be a non-empty string" in bad.stderr
+    missing = cli("run", str(EXAMPLE), "--answers-from", "nope", cwd=tmp_path)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert "nope" in missing.stderr
+    assert json.loads(cli("runs", "list", "--json", cwd=tmp_path).stdout)["runs"] == []
+    gone = cli("runs", "answers", "nope", cwd=tmp_path)
+    assert gone.returncode != 0 and "nope" in gone.stderr and "Traceback" not in gone.stderr
