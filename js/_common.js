@@ -76,6 +76,33 @@ function refreshTimes(root) {
   for (const node of root.querySelectorAll("time.ago")) {
     node.textContent = ago(node.getAttribute("datetime"));
   }
+  for (const node of root.querySelectorAll("time.left")) {
+    node.textContent = left(node.getAttribute("datetime"));
+  }
+}
+
+// The time left before an expiry, as people say it ("expires in 4 min").
+function left(iso) {
+  const at = new Date(iso);
+  if (Number.isNaN(at.getTime())) return "";
+  const secs = (at.getTime() - Date.now()) / 1000;
+  if (secs <= 0) return "expiring now";
+  if (secs < 60) return `expires in ${Math.ceil(secs)} s`;
+  if (secs < 3600) return `expires in ${Math.round(secs / 60)} min`;
+  if (secs < 172800) return `expires in ${Math.round(secs / 3600)} h`;
+  return `expires in ${Math.round(secs / 86400)} days`;
+}
+
+// A question's key for redrawing: an amended question is drawn again (its text or options changed).
+function questionKey(q) {
+  return `${q.id}#${q.revision || 0}`;
+}
+
+// How a question that left the pending list ended, in words.
+function endText(q) {
+  if (q.ended === "retracted") return `withdrawn by its agent${q.end_reason ? `: ${q.end_reason}` : ""}`;
+  if (q.ended === "expired") return "expired unanswered";
+  return null;
 }
 
 function answerText(q) {
@@ -97,7 +124,9 @@ function questionCard(q, send, context) {
   const card = h("div", { class: "card pending", "data-interaction": q.id });
   for (const text of q.questions) card.append(h("div", { class: "question" }, text));
   const waits = q.kind === "async" ? "the agent keeps working meanwhile" : "the run waits for this answer";
-  card.append(h("div", { class: "meta" }, `${context} · asked `, when(q.requested_at), ` · ${waits}`));
+  const expiry = q.expires_at ? [" · ", h("time", { datetime: q.expires_at, title: exact(q.expires_at), class: "left" }, left(q.expires_at))] : [];
+  const reworded = q.revision ? [" · ", h("span", { class: "reworded" }, "reworded by its agent")] : [];
+  card.append(h("div", { class: "meta" }, `${context} · asked `, when(q.requested_at), ` · ${waits}`, ...expiry, ...reworded));
   const controls = h("div", { class: "controls" });
   for (const option of q.options || []) {
     controls.append(h("button", {
@@ -137,6 +166,8 @@ const BASE_STYLE = `
 .iterion .card { border: 1px solid var(--jp-border-color1, #bbb); border-radius: 6px; padding: 8px 10px; margin: 6px 0;
   background: var(--jp-layout-color1, #fff); }
 .iterion .card.answered { background: var(--jp-layout-color0, #fff); border-style: dashed; }
+.iterion .card.ended .answer { font-style: italic; }
+.iterion .reworded { font-style: italic; }
 .iterion .question { white-space: pre-wrap; font-weight: 600; margin: 0 0 2px; }
 .iterion .answer { white-space: pre-wrap; margin: 2px 0; }
 .iterion .controls { display: flex; flex-wrap: wrap; gap: 6px; margin-top: 6px; align-items: center; }

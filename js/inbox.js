@@ -11,6 +11,13 @@ function context(q, scope) {
 }
 
 function answeredCard(q, scope) {
+  const ended = endText(q);
+  if (ended) {
+    return h("div", { class: "card answered ended", "data-interaction": q.id, "data-ended": q.ended },
+      ...q.questions.map((text) => h("div", { class: "question" }, text)),
+      h("div", { class: "answer" }, "→ ", ended),
+      h("div", { class: "meta" }, `${context(q, scope)} · `, when(q.ended_at)));
+  }
   return h("div", { class: "card answered", "data-interaction": q.id },
     ...q.questions.map((text) => h("div", { class: "question" }, text)),
     h("div", { class: "answer" }, "→ ", answerText(q)),
@@ -38,7 +45,7 @@ function render({ model, el }) {
     const scope = model.get("scope");
     if (!pending.length) { list.replaceChildren(h("div", { class: "empty meta" }, "Nothing is waiting for an answer.")); return; }
     if (list.firstChild && !list.firstChild.dataset.key) list.replaceChildren();
-    syncCards(list, pending, (q) => q.id, (q) => questionCard(q, send, context(q, scope)));
+    syncCards(list, pending, questionKey, (q) => questionCard(q, send, context(q, scope)));
   };
   const drawHistory = () => {
     const history = model.get("history") || [];
@@ -46,7 +53,7 @@ function render({ model, el }) {
     const box = past.firstChild;
     if (box) historyOpen = box.open;
     if (!history.length) { past.replaceChildren(); return; }
-    const details = h("details", { class: "history", open: historyOpen }, h("summary", {}, `Answered (${history.length})`));
+    const details = h("details", { class: "history", open: historyOpen }, h("summary", {}, `Answered or closed (${history.length})`));
     for (const q of history) details.append(answeredCard(q, scope));
     past.replaceChildren(details);
   };

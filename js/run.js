@@ -190,7 +190,8 @@ function detailsPanel(d, close) {
       h("div", { class: "question" }, q.questions.join("\n")),
       h("div", { class: "meta" }, q.answered_at
         ? [`answered ${JSON.stringify(answerText(q))} by ${q.answered_by || "?"} `, when(q.answered_at)]
-        : ["pending · asked ", when(q.requested_at)]))));
+        : endText(q) ? [`${endText(q)} · `, when(q.ended_at)]
+          : ["pending · asked ", when(q.requested_at)]))));
   }
   return panel;
 }
@@ -266,13 +267,13 @@ function render({ model, el }) {
     details.replaceChildren(d.node ? detailsPanel(d, () => select(d.node)) : "");
   };
   const drawForms = () => {
-    const pending = (model.get("questions") || []).filter((q) => !q.answered_at);
+    const pending = (model.get("questions") || []).filter((q) => !q.answered_at && !q.ended);
     if (!pending.length) { forms.replaceChildren(result); formList.replaceChildren(); return; }
     const send = (q, answer) => model.send({ type: "answer", run_id: model.get("run_id"), interaction_id: q.id, answer });
     if (model.get("answerable")) {
-      syncCards(formList, pending, (q) => q.id, (q) => questionCard(q, send, `asked by ${q.node_id}`));
+      syncCards(formList, pending, questionKey, (q) => questionCard(q, send, `asked by ${q.node_id}`));
     } else {
-      syncCards(formList, pending, (q) => q.id, (q) => h("div", { class: "card pending", "data-interaction": q.id },
+      syncCards(formList, pending, questionKey, (q) => h("div", { class: "card pending", "data-interaction": q.id },
         h("div", { class: "question" }, q.questions.join("\n")), h("div", { class: "meta" }, `asked by ${q.node_id} · answer it in the inbox (%iterion inbox)`)));
     }
     forms.replaceChildren(h("h4", {}, `Waiting for you (${pending.length})`), result, formList);
@@ -295,7 +296,8 @@ function render({ model, el }) {
       const table = h("table", { class: "questions" });
       for (const q of questions) {
         table.append(h("tr", {}, h("td", { class: "meta" }, `${q.kind} · ${q.node_id}`), h("td", {}, q.questions.join(" / ")),
-          h("td", {}, q.answered_at ? [`→ ${answerText(q)} (${q.answered_by || "?"}, `, when(q.answered_at), ")"] : "pending")));
+          h("td", {}, q.answered_at ? [`→ ${answerText(q)} (${q.answered_by || "?"}, `, when(q.answered_at), ")"]
+            : endText(q) ? [`${endText(q)} (`, when(q.ended_at), ")"] : "pending")));
       }
       parts.push(h("details", { class: "all-questions" }, h("summary", {}, `Questions (${questions.length})`), table));
     }

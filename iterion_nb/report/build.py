@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -177,10 +178,7 @@ def summary_rows(data: ReportData) -> list[tuple[str, str]]:
         ("Executing", _of(seconds(executing), seconds(max_s) if max_s is not None else None)),
         ("Tokens", _of(str(used.tokens), str(max_t) if max_t is not None else None)),
         ("Cost", _of(f"${used.cost_usd:.4f}", f"${max_c:.2f}" if max_c is not None else None)),
-        (
-            "Questions",
-            f"{len(data.interactions)} ({sum(q.pending for q in data.interactions)} pending)",
-        ),
+        ("Questions", _question_counts(data.interactions)),
         ("Events", str(len(data.events))),
         ("Report made", stamp(data.generated_at)),
     ]
@@ -189,8 +187,25 @@ def summary_rows(data: ReportData) -> list[tuple[str, str]]:
     return rows
 
 
+def _question_counts(questions: Sequence[Interaction]) -> str:
+    """``3 (1 pending)``, with the ones that expired or were withdrawn when there are some."""
+    parts = [f"{sum(q.pending for q in questions)} pending"]
+    for ended, word in (("expired", "expired"), ("retracted", "withdrawn")):
+        count = sum(q.ended == ended for q in questions)
+        if count:
+            parts.append(f"{count} {word}")
+    return f"{len(questions)} ({', '.join(parts)})"
+
+
 def answer_shown(q: Interaction) -> str:
-    """An answer as people read it: an option's label with its id, else the text."""
+    """An answer as people read it: an option's label with its id, else the text.
+
+    A question that ended unanswered says how: expired, or withdrawn (and why).
+    """
+    if q.ended == "retracted":
+        return "withdrawn by its agent" + (f": {q.end_reason}" if q.end_reason else "")
+    if q.ended == "expired":
+        return "expired unanswered"
     labels = {o.id: o.label for o in q.options}
     if isinstance(q.answers, str) and labels.get(q.answers) not in (None, "", q.answers):
         return f"{labels[q.answers]} ({q.answers})"

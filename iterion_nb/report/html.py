@@ -60,7 +60,8 @@ def _questions(data: ReportData) -> str:
             f'<tr class="question" data-interaction="{escape(q.id)}"><td>{kind}</td>'
             f"<td>{escape(q.node_id)}</td><td>{escape(' / '.join(q.questions))}</td>"
             f"<td>{escape(options)}</td><td>{answer}</td><td>{escape(q.answered_by or '')}</td>"
-            f"<td>{escape(stamp(q.requested_at))}</td><td>{escape(stamp(q.answered_at))}</td></tr>"
+            f"<td>{escape(stamp(q.requested_at))}</td>"
+            f"<td>{escape(stamp(q.answered_at or q.ended_at))}</td></tr>"
         )
     head = "".join(
         f"<th>{h}</th>"

@@ -99,7 +99,7 @@ def to_markdown(data: ReportData) -> str:
                 ["**async**" if q.kind == "async" else q.kind, q.node_id, " / ".join(q.questions),
                  ", ".join(f"{o.label or o.id} ({o.id})" for o in q.options),
                  "*pending*" if q.pending else answer_shown(q), q.answered_by or "",
-                 stamp(q.requested_at), stamp(q.answered_at)]
+                 stamp(q.requested_at), stamp(q.answered_at or q.ended_at)]
                 for q in data.interactions
             ],
         ), ""]  # fmt: skip

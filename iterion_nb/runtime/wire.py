@@ -73,4 +73,10 @@ def interaction_json(item: Interaction) -> dict[str, Any]:
         "answered_at": _time(item.answered_at),
         "answers": item.answers,
         "answered_by": item.answered_by,
+        "expires_at": _time(item.expires_at),
+        "ended": item.ended,
+        "ended_at": _time(item.ended_at),
+        "end_reason": item.end_reason,
+        "revision": item.revision,
+        "accepts": item.accepts,
     }

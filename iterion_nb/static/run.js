@@ -77,6 +77,33 @@ function refreshTimes(root) {
   for (const node of root.querySelectorAll("time.ago")) {
     node.textContent = ago(node.getAttribute("datetime"));
   }
+  for (const node of root.querySelectorAll("time.left")) {
+    node.textContent = left(node.getAttribute("datetime"));
+  }
+}
+
+// The time left before an expiry, as people say it ("expires in 4 min").
+function left(iso) {
+  const at = new Date(iso);
+  if (Number.isNaN(at.getTime())) return "";
+  const secs = (at.getTime() - Date.now()) / 1000;
+  if (secs <= 0) return "expiring now";
+  if (secs < 60) return `expires in ${Math.ceil(secs)} s`;
+  if (secs < 3600) return `expires in ${Math.round(secs / 60)} min`;
+  if (secs < 172800) return `expires in ${Math.round(secs / 3600)} h`;
+  return `expires in ${Math.round(secs / 86400)} days`;
+}
+
+// A question's key for redrawing: an amended question is drawn again (its text or options changed).
+function questionKey(q) {
+  return `${q.id}#${q.revision || 0}`;
+}
+
+// How a question that left the pending list ended, in words.
+function endText(q) {
+  if (q.ended === "retracted") return `withdrawn by its agent${q.end_reason ? `: ${q.end_reason}` : ""}`;
+  if (q.ended === "expired") return "expired unanswered";
+  return null;
 }
 
 function answerText(q) {
@@ -98,7 +125,9 @@ function questionCard(q, send, context) {
   const card = h("div", { class: "card pending", "data-interaction": q.id });
   for (const text of q.questions) card.append(h("div", { class: "question" }, text));
   const waits = q.kind === "async" ? "the agent keeps working meanwhile" : "the run waits for this answer";
-  card.append(h("div", { class: "meta" }, `${context} · asked `, when(q.requested_at), ` · ${waits}`));
+  const expiry = q.expires_at ? [" · ", h("time", { datetime: q.expires_at, title: exact(q.expires_at), class: "left" }, left(q.expires_at))] : [];
+  const reworded = q.revision ? [" · ", h("span", { class: "reworded" }, "reworded by its agent")] : [];
+  card.append(h("div", { class: "meta" }, `${context} · asked `, when(q.requested_at), ` · ${waits}`, ...expiry, ...reworded));
   const controls = h("div", { class: "controls" });
   for (const option of q.options || []) {
     controls.append(h("button", {
@@ -138,6 +167,8 @@ const BASE_STYLE = `
 .iterion .card { border: 1px solid var(--jp-border-color1, #bbb); border-radius: 6px; padding: 8px 10px; margin: 6px 0;
   background: var(--jp-layout-color1, #fff); }
 .iterion .card.answered { background: var(--jp-layout-color0, #fff); border-style: dashed; }
+.iterion .card.ended .answer { font-style: italic; }
+.iterion .reworded { font-style: italic; }
 .iterion .question { white-space: pre-wrap; font-weight: 600; margin: 0 0 2px; }
 .iterion .answer { white-space: pre-wrap; margin: 2px 0; }
 .iterion .controls { display: flex; flex-wrap: wrap; gap: 6px; margin-top: 6px; align-items: center; }
@@ -358,7 +389,8 @@ function detailsPanel(d, close) {
       h("div", { class: "question" }, q.questions.join("\n")),
       h("div", { class: "meta" }, q.answered_at
         ? [`answered ${JSON.stringify(answerText(q))} by ${q.answered_by || "?"} `, when(q.answered_at)]
-        : ["pending · asked ", when(q.requested_at)]))));
+        : endText(q) ? [`${endText(q)} · `, when(q.ended_at)]
+          : ["pending · asked ", when(q.requested_at)]))));
   }
   return panel;
 }
@@ -434,13 +466,13 @@ function render({ model, el }) {
     details.replaceChildren(d.node ? detailsPanel(d, () => select(d.node)) : "");
   };
   const drawForms = () => {
-    const pending = (model.get("questions") || []).filter((q) => !q.answered_at);
+    const pending = (model.get("questions") || []).filter((q) => !q.answered_at && !q.ended);
     if (!pending.length) { forms.replaceChildren(result); formList.replaceChildren(); return; }
     const send = (q, answer) => model.send({ type: "answer", run_id: model.get("run_id"), interaction_id: q.id, answer });
     if (model.get("answerable")) {
-      syncCards(formList, pending, (q) => q.id, (q) => questionCard(q, send, `asked by ${q.node_id}`));
+      syncCards(formList, pending, questionKey, (q) => questionCard(q, send, `asked by ${q.node_id}`));
     } else {
-      syncCards(formList, pending, (q) => q.id, (q) => h("div", { class: "card pending", "data-interaction": q.id },
+      syncCards(formList, pending, questionKey, (q) => h("div", { class: "card pending", "data-interaction": q.id },
         h("div", { class: "question" }, q.questions.join("\n")), h("div", { class: "meta" }, `asked by ${q.node_id} · answer it in the inbox (%iterion inbox)`)));
     }
     forms.replaceChildren(h("h4", {}, `Waiting for you (${pending.length})`), result, formList);
@@ -463,7 +495,8 @@ function render({ model, el }) {
       const table = h("table", { class: "questions" });
       for (const q of questions) {
         table.append(h("tr", {}, h("td", { class: "meta" }, `${q.kind} · ${q.node_id}`), h("td", {}, q.questions.join(" / ")),
-          h("td", {}, q.answered_at ? [`→ ${answerText(q)} (${q.answered_by || "?"}, `, when(q.answered_at), ")"] : "pending")));
+          h("td", {}, q.answered_at ? [`→ ${answerText(q)} (${q.answered_by || "?"}, `, when(q.answered_at), ")"]
+            : endText(q) ? [`${endText(q)} (`, when(q.ended_at), ")"] : "pending")));
       }
       parts.push(h("details", { class: "all-questions" }, h("summary", {}, `Questions (${questions.length})`), table));
     }

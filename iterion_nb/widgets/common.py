@@ -124,3 +124,10 @@ class Answering:
         self.last_result = result
         await self.refresh()
         return result
+
+
+def ended_text(ended: str, reason: str | None) -> str:
+    """How a question ended without an answer, in words (as the widgets' script says it)."""
+    if ended == "retracted":
+        return "withdrawn by its agent" + (f": {reason}" if reason else "")
+    return "expired unanswered"

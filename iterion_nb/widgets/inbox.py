@@ -13,7 +13,7 @@ from iterion_nb.errors import NotFoundError
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction
 from iterion_nb.runtime.wire import interaction_json
-from iterion_nb.widgets.common import STATIC, AnswerFn, Answering
+from iterion_nb.widgets.common import STATIC, AnswerFn, Answering, ended_text
 from iterion_nb.widgets.live import Live
 from iterion_nb.widgets.snapshot import STYLE, Bundle, Snapshots
 
@@ -124,6 +124,8 @@ class InboxWidget(Answering, anywidget.AnyWidget):
             answer = q["answers"] if isinstance(q["answers"], str) else str(q["answers"])
             shown = labels.get(answer) or answer
             line = f"{q['question']} — answered {shown!r} by {q.get('answered_by') or 'someone'}"
+            if q.get("ended"):
+                line = f"{q['question']} — {ended_text(q['ended'], q.get('end_reason'))}"
             text.append("- " + line)
             items.append(f"<li>{escape(line)}</li>")
         note = "Saved view; the live inbox needs the notebook's kernel."

@@ -27,7 +27,7 @@ from iterion_nb.runtime.wire import event_json, interaction_json
 from iterion_nb.view import graph_layout, graph_svg
 from iterion_nb.view.states import NodeView, Visit, node_views
 from iterion_nb.view.usage import usage
-from iterion_nb.widgets.common import STATIC, AnswerFn, Answering
+from iterion_nb.widgets.common import STATIC, AnswerFn, Answering, ended_text
 from iterion_nb.widgets.details import node_details
 from iterion_nb.widgets.live import Live, on_loop
 from iterion_nb.widgets.snapshot import STYLE, Bundle, Snapshots, svg_image
@@ -256,6 +256,8 @@ def _question_line(q: Interaction) -> str:
     if q.pending:
         offered = ", ".join(o.label or o.id for o in q.options)
         return f"{asked}{f' (options: {offered})' if offered else ''} — waiting for an answer"
+    if q.ended is not None:
+        return f"{asked} — {ended_text(q.ended, q.end_reason)}"
     answer = q.answers if isinstance(q.answers, str) else str(q.answers)
     shown = labels.get(answer) or answer
     return f"{asked} — answered {shown!r} by {q.answered_by or 'someone'}"

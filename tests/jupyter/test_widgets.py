@@ -132,6 +132,43 @@ async def test_a_second_answer_is_shown_as_an_error(session: Session) -> None:
     inbox.close()
 
 
+async def test_questions_that_end_well_show_so_in_the_inbox_and_the_run_widget(
+    session: Session,
+) -> None:
+    """Time left, a refusal that keeps the question open, a rewording, a withdrawal (issue 19)."""
+    run = await started(
+        session,
+        {"question": "Tone?", "options": [{"id": "formal", "label": "Formal"}],
+         "expires_in": "1h"},
+        {"question": "First feature?"},
+    )  # fmt: skip
+    inbox = InboxWidget(session.store, answerer(session), run.id)
+    widget = RunWidget(session.store, run.id, answer=answerer(session))
+    await until(lambda: len(inbox.pending) == 2)
+    tone = next(q for q in inbox.pending if q["questions"] == ["Tone?"])
+    feature = next(q for q in inbox.pending if q["questions"] == ["First feature?"])
+    assert tone["expires_at"] is not None and feature["expires_at"] is None
+    # not one of the options: refused with the reason, and still pending (the form stays)
+    refused = await inbox.submit({"run_id": run.id, "interaction_id": tone["id"], "answer": "hm"})
+    assert "not one of the options" in refused["error"] and "formal (Formal)" in refused["error"]
+    await asyncio.sleep(0.2)
+    assert [q["id"] for q in inbox.pending if q["id"] == tone["id"]] == [tone["id"]]
+    # the agent rewords one (in place: a new revision) and withdraws the other
+    await session.store.amend(tone["id"], questions=("Tone of the notes?",))
+    await until(lambda: any(q["questions"] == ["Tone of the notes?"] for q in inbox.pending))
+    assert next(q for q in inbox.pending if q["id"] == tone["id"])["revision"] == 1
+    await session.store.retract(feature["id"], "found it in the changelog")
+    await until(lambda: [q["id"] for q in inbox.pending] == [tone["id"]])
+    gone = next(q for q in inbox.history if q["id"] == feature["id"])
+    assert (gone["ended"], gone["end_reason"]) == ("retracted", "found it in the changelog")
+    text = inbox.snapshot()["text/plain"]
+    assert "First feature? — withdrawn by its agent: found it in the changelog" in text
+    await until(lambda: any(q.get("ended") == "retracted" for q in widget.questions))
+    assert "withdrawn by its agent: found it in the changelog" in widget.snapshot()["text/plain"]
+    inbox.close()
+    widget.close()
+
+
 async def test_answers_from_another_process_move_to_history_within_a_second(
     session: Session,
 ) -> None:

@@ -263,3 +263,27 @@ async def test_an_option_answer_reads_as_its_label(session: Session) -> None:
     html = await run.report("html")
     assert "<td>Formal (formal)</td>" in html
     await run.cancel()
+
+
+async def test_reports_say_which_questions_expired_or_were_withdrawn(tmp_path: Path) -> None:
+    s = Session(tmp_path / "store")
+    try:
+        store = s.store
+        t0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+        await store.create_run(Run("r1", "w", "h", "running", t0, t0))
+        for iid, text in (("q1", "Ship?"), ("q2", "Tone?"), ("q3", "Date?")):
+            await store.add_interaction(Interaction(iid, "r1", "a", "async", (text,), t0))
+        await store.retract("q1", "decided <b>myself</b>")
+        await store.add_interaction(
+            Interaction("q4", "r1", "a", "async", ("Late?",), t0, expires_at=t0)
+        )
+        await store.expire_due("r1")
+        md = await render(store, "r1", "md")
+        assert "| Questions | 4 (2 pending, 1 expired, 1 withdrawn) |" in md
+        assert "| **async** | a | Ship? |  | withdrawn by its agent: decided &lt;b&gt;myself" in md
+        assert "| **async** | a | Late? |  | expired unanswered |" in md
+        html = await render(store, "r1", "html")
+        assert "withdrawn by its agent: decided &lt;b&gt;myself&lt;/b&gt;" in html
+        assert "expired unanswered" in html
+    finally:
+        await s.close()
