@@ -44,7 +44,7 @@ export class RunsPanel extends Widget {
     this.node.setAttribute('role', 'region');
     this.node.setAttribute('aria-label', 'iterion runs');
     this._head = h('div', { class: 'iterion-head' }, h('h2', {}, 'Runs'));
-    this._list = h('ul', { class: 'iterion-run-list' });
+    this._list = h('ul', { class: 'iterion-runs-list' });
     this.node.append(this._head, this._list);
     feed.changed.connect(this._draw, this);
     this._draw();
@@ -115,15 +115,15 @@ export class RunsPanel extends Widget {
     const owner = run.owner ? ` · pid ${run.owner.pid} on ${run.owner.host}` : '';
     return h(
       'li',
-      { class: 'iterion-run', 'data-run': run.id, 'data-status': run.status },
+      { class: 'iterion-runs-row', 'data-run': run.id, 'data-status': run.status },
       h(
         'div',
-        { class: 'iterion-run-title' },
+        { class: 'iterion-runs-title' },
         h('span', { class: 'iterion-workflow' }, run.workflow),
         h('span', { class: 'iterion-status', 'data-status': run.status }, STATUS_TEXT[run.status] ?? run.status)
       ),
       h('div', { class: 'iterion-meta' }, h('code', {}, run.id), ' · updated ', when(run.updated_at), owner),
-      run.error ? h('div', { class: 'iterion-meta iterion-run-error' }, run.error) : null,
+      run.error ? h('div', { class: 'iterion-meta iterion-runs-error' }, run.error) : null,
       buttons
     );
   }

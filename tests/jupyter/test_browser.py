@@ -8,6 +8,7 @@ their kernels start there, and still use the server's store.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
@@ -72,9 +73,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     (saved / TOUR[0]).write_text((ROOT / "notebooks" / TOUR[0]).read_text())
     (books / "evil.ipynb").write_text(json.dumps(evil_notebook()))
     (books / "states.ipynb").write_text(json.dumps(states_notebook()))
+    with serve_lab(root) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serve_lab(root: Path) -> Iterator[dict[str, Any]]:
+    """JupyterLab on loopback with a token, serving ``root`` (its store: ``root/.iterion``)."""
     port, token = free_port(), secrets.token_hex(16)
     settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)  # no "get notified about news?" toast over the page
+    settings.mkdir(parents=True, exist_ok=True)  # no "get notified about news?" toast
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".jupyter"), "HOME": str(root),
            "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings")}  # fmt: skip
@@ -617,7 +625,7 @@ def test_html_report_renders_its_sections_in_chromium(browser: Any, tmp_path: Pa
         try:
             source = (ROOT / "examples" / "async_questions.iter").read_text()
             run = await session.start(it.compile(source))
-            for answer in (EVIL, "the inbox"):
+            for answer in ("formal", EVIL):  # the first takes only its options
                 question = await run.next_question(timeout=10)
                 assert question is not None
                 await run.answer(question.id, answer, answered_by="ada")
@@ -641,7 +649,7 @@ def test_html_report_renders_its_sections_in_chromium(browser: Any, tmp_path: Pa
         assert page.locator("#timeline tbody tr").count() == 3
         assert page.locator("#outputs pre.output").count() == 3
         answers = page.locator("#questions tr.question td:nth-child(5)").all_inner_texts()
-        assert answers == [EVIL, "the inbox"]  # the script is text on the page
+        assert answers == ["Formal (formal)", EVIL]  # the script is text on the page
         assert page.locator("script").count() == 0 and page.locator("#questions img").count() == 0
         assert page.evaluate("window.__pwned === undefined")
         assert requests == [report.as_uri()]  # self-contained: nothing else was fetched
