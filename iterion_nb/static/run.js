@@ -154,8 +154,14 @@ function syncCards(list, items, key, make) {
     if (!card) { card = make(item); card.dataset.key = k; }
     return card;
   });
-  const same = wanted.length === list.children.length && wanted.every((c, i) => list.children[i] === c);
-  if (!same) list.replaceChildren(...wanted);
+  // Remove and insert only what changed: a card that stays is never taken out of the page,
+  // so the text box someone is typing into keeps its text and its focus.
+  const keep = new Set(wanted);
+  for (const child of [...list.children]) if (!keep.has(child)) child.remove();
+  wanted.forEach((card, i) => {
+    const here = list.children[i] || null;
+    if (here !== card) list.insertBefore(card, here);
+  });
 }
 
 // JupyterLab's variables only (light, dark, high contrast); fallbacks for other front-ends.
