@@ -2,14 +2,16 @@
 
 The server extension pushes it (:mod:`iterion_nb.server.push`) each time it
 changes: every pending question of every run, the questions answered most
-recently (with who answered and when), and the newest runs with their status.
+recently (with who answered and when) or that ended unanswered (expired, or
+withdrawn by their agent, with the reason), and the newest runs with their status.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction, Run
 from iterion_nb.runtime.wire import interaction_json, run_json
@@ -29,9 +31,10 @@ def _question(item: Interaction, runs: dict[str, Run]) -> dict[str, Any]:
     }
 
 
-def _answered_at(item: Interaction) -> datetime:
-    assert item.answered_at is not None
-    return item.answered_at
+def _closed_at(item: Interaction) -> datetime:
+    closed = item.answered_at or item.ended_at
+    assert closed is not None
+    return closed
 
 
 async def snapshot(store: Store) -> dict[str, Any]:
@@ -48,8 +51,10 @@ async def snapshot(store: Store) -> dict[str, Any]:
     answered: list[Interaction] = []
     for run in runs[:ANSWERED_RUNS]:
         found = await store.interactions(run.id)
-        answered.extend(i for i in found if i.kind != "await" and i.answered_at is not None)
-    answered.sort(key=_answered_at, reverse=True)
+        now = datetime.now(UTC)  # one past its expiry shows as expired, recorded or not yet
+        current = (lifecycle.expire(i) if i.due(now) else i for i in found if i.kind != "await")
+        answered.extend(i for i in current if not i.pending)
+    answered.sort(key=_closed_at, reverse=True)  # answered, expired or withdrawn
     return {
         "pending": [_question(i, known) for i in pending],
         "answered": [_question(i, known) for i in answered[:ANSWERED_SHOWN]],

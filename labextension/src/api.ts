@@ -24,6 +24,12 @@ export interface IQuestion {
   answered_by: string | null;
   workflow: string | null;
   expires_at: string | null;
+  /** How it ended unanswered: expired, or withdrawn by its agent (retracted). */
+  ended?: 'expired' | 'retracted' | null;
+  ended_at?: string | null;
+  end_reason?: string | null;
+  /** How many times its agent reworded it. */
+  revision?: number;
 }
 
 export interface IRun {

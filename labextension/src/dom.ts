@@ -78,6 +78,36 @@ export function refreshTimes(root: HTMLElement): void {
   for (const node of Array.from(root.querySelectorAll('time.iterion-ago'))) {
     node.textContent = ago(node.getAttribute('datetime'));
   }
+  for (const node of Array.from(root.querySelectorAll('time.iterion-left'))) {
+    node.textContent = left(node.getAttribute('datetime'));
+  }
+}
+
+/** The time left before an expiry, as people say it ("expires in 4 min"). */
+export function left(iso: string | null | undefined, now: number = Date.now()): string {
+  const at = new Date(iso || '');
+  if (Number.isNaN(at.getTime())) {
+    return '';
+  }
+  const secs = (at.getTime() - now) / 1000;
+  if (secs <= 0) {
+    return 'expiring now';
+  }
+  if (secs < 60) {
+    return `expires in ${Math.ceil(secs)} s`;
+  }
+  if (secs < 3600) {
+    return `expires in ${Math.round(secs / 60)} min`;
+  }
+  if (secs < 172800) {
+    return `expires in ${Math.round(secs / 3600)} h`;
+  }
+  return `expires in ${Math.round(secs / 86400)} days`;
+}
+
+/** A <time> saying how long is left before an expiry; refreshed by refreshTimes. */
+export function until(iso: string): HTMLElement {
+  return h('time', { datetime: iso, title: exact(iso), class: 'iterion-left' }, left(iso));
 }
 
 export function show(value: unknown): string {
@@ -120,9 +150,18 @@ export function syncChildren<T>(
     }
     return card;
   });
-  const same =
-    wanted.length === list.children.length && wanted.every((c, i) => list.children[i] === c);
-  if (!same) {
-    list.replaceChildren(...wanted);
+  // Remove and insert only what changed: a card that stays is never taken out of
+  // the page, so the text box someone is typing into keeps its text and its focus.
+  const keep = new Set(wanted);
+  for (const child of Array.from(list.children)) {
+    if (!keep.has(child as HTMLElement)) {
+      child.remove();
+    }
   }
+  wanted.forEach((card, i) => {
+    const here = list.children[i] ?? null;
+    if (here !== card) {
+      list.insertBefore(card, here);
+    }
+  });
 }

@@ -3,7 +3,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { Api, ApiError, IAnswerOutcome, IQuestion, ISnapshot } from './api';
-import { h, refreshTimes, show, syncChildren, when } from './dom';
+import { h, refreshTimes, show, syncChildren, until, when } from './dom';
 import { InboxFeed } from './feed';
 
 export const INBOX_ID = 'iterion-inbox';
@@ -127,7 +127,7 @@ export class InboxPanel extends Widget {
         (section, g) => {
           const list = section.querySelector<HTMLElement>('.iterion-group-items');
           if (list) {
-            syncChildren(list, g.items, q => q.id, q => this._card(q));
+            syncChildren(list, g.items, key, q => this._card(q));
           }
         }
       );
@@ -138,7 +138,7 @@ export class InboxPanel extends Widget {
   private _group(items: IQuestion[]): HTMLElement {
     const first = items[0];
     const list = h('div', { class: 'iterion-group-items' });
-    syncChildren(list, items, q => q.id, q => this._card(q));
+    syncChildren(list, items, key, q => this._card(q));
     return h(
       'section',
       { class: 'iterion-group', 'aria-label': `questions of ${first.node_id}` },
@@ -157,7 +157,17 @@ export class InboxPanel extends Widget {
       card.append(h('div', { class: 'iterion-question' }, text));
     }
     card.append(
-      h('div', { class: 'iterion-meta' }, 'asked ', when(q.requested_at), ` · ${waits(q)}`)
+      h(
+        'div',
+        { class: 'iterion-meta' },
+        'asked ',
+        when(q.requested_at),
+        ` · ${waits(q)}`,
+        q.expires_at ? ' · ' : null,
+        q.expires_at ? until(q.expires_at) : null,
+        q.revision ? ' · ' : null,
+        q.revision ? h('span', { class: 'iterion-reworded' }, 'reworded by its agent') : null
+      )
     );
     const controls = h('div', { class: 'iterion-controls' });
     const send = (answer: unknown): void => void this._send(q, answer, card);
@@ -231,18 +241,22 @@ export class InboxPanel extends Widget {
 
   private _drawAnswered(answered: IQuestion[]): void {
     this._answered.replaceChildren(
-      h('summary', {}, `Answered (${answered.length})`),
+      h('summary', {}, `Answered or closed (${answered.length})`),
       ...answered.map(q =>
         h(
           'div',
-          { class: 'iterion-card answered', 'data-interaction': q.id },
+          {
+            class: `iterion-card answered${q.ended ? ' iterion-ended' : ''}`,
+            'data-interaction': q.id,
+            'data-ended': q.ended || null
+          },
           ...q.questions.map(text => h('div', { class: 'iterion-question' }, text)),
-          h('div', { class: 'iterion-answer' }, '→ ', answerText(q)),
+          h('div', { class: 'iterion-answer' }, '→ ', q.ended ? endText(q) : answerText(q)),
           h(
             'div',
             { class: 'iterion-meta' },
-            `${origin(q)} · answered by ${q.answered_by || 'someone'} `,
-            when(q.answered_at)
+            q.ended ? `${origin(q)} · ` : `${origin(q)} · answered by ${q.answered_by || 'someone'} `,
+            when(q.ended ? q.ended_at : q.answered_at)
           )
         )
       )
@@ -254,4 +268,17 @@ export class InboxPanel extends Widget {
   private readonly _list: HTMLElement;
   private readonly _answered: HTMLElement;
   private readonly _timer: number;
+}
+
+/** A pending question's key: an amended one (a new revision) is drawn again. */
+function key(q: IQuestion): string {
+  return `${q.id}#${q.revision || 0}`;
+}
+
+/** How a question ended unanswered, in words. */
+function endText(q: IQuestion): string {
+  if (q.ended === 'retracted') {
+    return `withdrawn by its agent${q.end_reason ? `: ${q.end_reason}` : ''}`;
+  }
+  return 'expired unanswered';
 }

@@ -272,3 +272,30 @@ def test_the_report_route_serves_html_that_cannot_run_scripts(
         assert json.loads(info.value.response.body)["code"] == code
     proc.kill()
     proc.wait()
+
+
+async def test_the_sidebar_snapshot_lists_questions_that_ended_unanswered() -> None:
+    """Withdrawn and expired questions leave "pending" for the closed list, with how (issue 19)."""
+    from datetime import UTC, datetime, timedelta
+
+    from iterion_nb.runtime.records import Interaction, Run
+    from iterion_nb.server.inbox import snapshot
+    from iterion_nb.store import MemoryStore
+
+    store = MemoryStore()
+    t0 = datetime.now(UTC)
+    await store.create_run(Run("r1", "w", "h", "running", t0, t0))
+    soon = t0 + timedelta(hours=1)
+    for iid, expires in (("q1", None), ("q2", soon), ("q3", t0)):
+        await store.add_interaction(
+            Interaction(iid, "r1", "a", "async", (iid,), t0, expires_at=expires)
+        )
+    await store.retract("q1", "found it")
+    await store.amend("q2", questions=("q2, reworded",))
+    shown = await snapshot(store)
+    (pending,) = shown["pending"]
+    assert (pending["id"], pending["revision"]) == ("q2", 1)
+    assert pending["expires_at"] == soon.isoformat()
+    closed = {q["id"]: (q["ended"], q["end_reason"]) for q in shown["answered"]}
+    assert closed == {"q1": ("retracted", "found it"), "q3": ("expired", None)}
+    await store.close()

@@ -1,0 +1,355 @@
+"""The JupyterLab extension in a live JupyterLab, driven by real Chromium.
+
+Installed by ``pip install -e .`` (the hatch hook builds it): the questions
+sidebar fed by the server's pushed inbox, its badge, notifications whose
+action opens the sidebar at the question, answers by clicking an option's
+label, the runs panel, and the ``.iter`` language in the editor (a typo in a
+``%%iterion`` cell is underlined before the cell runs). The text of every
+panel is measured against its background in the light and the dark theme.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.jupyter.test_browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CONTRAST,
+    notebook_of,
+    open_notebook,
+    run_cells,
+    serve_lab,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = Path(sys.executable).parent / "iterion-nb"
+DOCS = ROOT / "docs" / "images"
+SOURCE = (ROOT / "examples" / "async_questions.iter").read_text()
+TYPO = SOURCE.replace("  model:", "  modle:", 1)
+INBOX = "#iterion-inbox"
+RUNS = "#iterion-runs"
+TAB = ".jp-SideBar .lm-TabBar-tab[data-id='iterion-inbox']"
+#: CONTRAST of test_browser, over the extension's panels and the editor's tooltip.
+MEASURE = CONTRAST.replace(
+    "document.querySelectorAll('.iterion-live *')",
+    "document.querySelectorAll('.iterion-sidebar:not(.lm-mod-hidden) *, .cm-iterion-tooltip *')",
+)
+BADGE = (
+    "() => { const after = getComputedStyle(document.querySelector(`" + TAB + "`), '::after');"
+    " return {text: after.content, color: after.color, background: after.backgroundColor}; }"
+)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium (as .ci/run does)")
+    root = tmp_path_factory.mktemp("lab17")
+    shutil.copy(ROOT / "examples" / "async_questions.scenario.yaml", root / "scenario.yaml")
+    (root / "release.iter").write_text(SOURCE)
+    (root / "typo.iter").write_text(TYPO)
+    asking = notebook_of(
+        [
+            "%load_ext iterion_nb",
+            "%%iterion release_notes --run --scenario \"'scenario.yaml'\"\n" + SOURCE,
+        ]
+    )
+    (root / "asking.ipynb").write_text(json.dumps(asking))
+    typo = notebook_of(["%load_ext iterion_nb", "%%iterion release_notes\n" + TYPO])
+    (root / "typo.ipynb").write_text(json.dumps(typo))
+    with serve_lab(root) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    tab = browser.new_page(viewport={"width": 1400, "height": 950})
+    errors: list[str] = []
+    tab.on("pageerror", lambda err: errors.append(str(err)))
+    yield tab
+    ARTIFACTS.mkdir(exist_ok=True)
+    tab.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
+    tab.close()
+    assert errors == [], errors
+
+
+def open_lab(page: Any, lab: dict[str, Any], path: str = "") -> None:
+    """JupyterLab with a workspace of its own, the sidebar live (connected to the push route)."""
+    where = f"/tree/{path}" if path else ""
+    page.goto(f"{lab['url']}/lab/workspaces/t{abs(hash(path))}{where}?reset&token={lab['token']}")
+    page.wait_for_selector(TAB, timeout=60_000)
+    run_command(page, "iterion:open-inbox")
+    page.locator(f"{INBOX} .iterion-state[data-state=live]").wait_for(timeout=30_000)
+
+
+def run_command(page: Any, command: str, args: dict[str, Any] | None = None) -> None:
+    page.evaluate(f"window.jupyterapp.commands.execute('{command}', {json.dumps(args or {})})")
+
+
+def cli_run(lab: dict[str, Any]) -> subprocess.Popen[str]:
+    root = lab["root"]
+    return subprocess.Popen(
+        [str(CLI), "run", str(root / "release.iter"), "--scenario", str(root / "scenario.yaml"),
+         "--store", str(root / ".iterion"), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def kernels(lab: dict[str, Any]) -> list[Any]:
+    url = f"{lab['url']}/api/kernels?token={lab['token']}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        found: list[Any] = json.loads(response.read())
+    return found
+
+
+def who(page: Any) -> str:
+    name: str = page.evaluate(
+        "() => { const i = window.jupyterapp.serviceManager.user.identity;"
+        " return i.display_name || i.name || i.username; }"
+    )
+    return name
+
+
+def answer_in_the_sidebar(page: Any, run_id: str) -> None:
+    """Click the option's label for the first question, type the second: both from the sidebar."""
+    cards = page.locator(f"{INBOX} .iterion-card.pending")
+    formal = cards.filter(has_text="formal or casual").locator("button.iterion-option")
+    assert formal.all_inner_texts() == ["Formal", "Casual"]  # the labels, not the ids
+    formal.filter(has_text="Formal").click()
+    result = page.locator(f"{INBOX} .iterion-result.iterion-ok")
+    result.wait_for(timeout=30_000)
+    assert result.inner_text() == "Sent — the agent reads it at its next turn"
+    free = cards.filter(has_text="Which feature should come first?")
+    box = free.locator("input.iterion-free-text")
+    box.fill("the inbox first")
+    # the list updates as the first answer lands: the box keeps its text and the keyboard
+    page.locator(f"{INBOX} .iterion-card.pending").nth(1).wait_for(state="detached")
+    assert box.input_value() == "the inbox first"
+    assert box.evaluate("(input) => document.activeElement === input")
+    page.keyboard.press("Enter")
+    done = page.locator(f"{INBOX} .iterion-card.answered").filter(has_text=f"run {run_id}")
+    answered = done.filter(has_text="the inbox first")  # (an earlier run's answers are listed too)
+    answered.wait_for(timeout=30_000)
+    assert f"answered by {who(page)}" in answered.inner_text()
+    formal_done = done.filter(has_text="formal or casual")
+    assert "→ Formal" in formal_done.inner_text()
+
+
+def pending_run(page: Any, count: int) -> str:
+    """Wait until the badge counts ``count`` questions; the id of the run that asked them."""
+    page.locator(f"{TAB}[data-iterion-count='{count}']").wait_for(timeout=60_000)
+    cards = page.locator(f"{INBOX} .iterion-card.pending")
+    assert cards.count() == count
+    group = page.locator(f"{INBOX} .iterion-group").first
+    head = group.locator(".iterion-group-head").inner_text()
+    assert head.startswith("gatherer in release_notes · run ")
+    assert group.locator(".iterion-card.pending").count() == 2  # one node's questions together
+    meta = cards.first.locator(".iterion-meta").inner_text()
+    assert meta == "asked just now · the agent keeps working meanwhile"
+    return head.rsplit(" ", 1)[-1]
+
+
+def test_the_wheel_installs_the_extension_enabled() -> None:
+    listed = subprocess.run(
+        [sys.executable, "-m", "jupyter", "labextension", "list"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    text = listed.stdout + listed.stderr
+    line = next(x for x in text.splitlines() if "@iterion-nb/labextension" in x)
+    plain = line.replace("\x1b[32m", "").replace("\x1b[0m", "").split()
+    assert plain == [
+        "@iterion-nb/labextension",
+        "v0.1.0",
+        "enabled",
+        "OK",
+        "(python,",
+        "iterion-nb)",
+    ]
+    shipped = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "@iterion-nb"
+    assert (shipped / "labextension" / "install.json").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_a_notebooks_question_is_answered_in_the_sidebar(lab: dict[str, Any], page: Any) -> None:
+    open_notebook(page, lab, "asking.ipynb")
+    run_command(page, "iterion:open-inbox")
+    page.locator(f"{INBOX} .iterion-state[data-state=live]").wait_for(timeout=30_000)
+    assert page.locator(f"{INBOX} .iterion-empty").inner_text() == (
+        "Nothing is waiting for an answer."
+    )
+    run_command(page, "filebrowser:activate")  # the sidebar closed: the notification brings it
+    run_cells(page, 2)
+    toast = page.locator(".Toastify__toast", has_text="Should the notes be formal or casual?")
+    toast.wait_for(timeout=60_000)
+    assert "gatherer in release_notes · run " in toast.inner_text()
+    run_id = pending_run(page, 2)
+    toast.get_by_role("button", name="Answer").click()
+    card = page.locator(f"{INBOX} .iterion-card.pending.iterion-focused")
+    card.wait_for(timeout=10_000)
+    assert "formal or casual" in card.inner_text()
+    assert page.evaluate("() => document.activeElement.textContent") == "Formal"  # keyboard on it
+    assert page.locator(INBOX).is_visible()
+    answer_in_the_sidebar(page, run_id)
+    page.locator(f"{TAB}[data-iterion-count]").wait_for(state="detached", timeout=10_000)
+    # its notification goes with the question (after the toast's exit animation)
+    page.locator(".Toastify__toast", has_text="formal or casual").wait_for(
+        state="detached", timeout=10_000
+    )
+    run_command(page, "iterion:open-runs")
+    row = page.locator(f"{RUNS} .iterion-runs-row[data-run='{run_id}']")
+    row.locator(".iterion-status[data-status=finished]").wait_for(timeout=60_000)
+    assert row.locator(".iterion-status").inner_text() == "finished"
+    # the report opens in a JupyterLab tab, drawn under its own policy (no script)
+    row.locator("button.iterion-report").click()
+    frame = page.frame_locator(".iterion-report-frame iframe")
+    frame.locator("h2", has_text="Summary").wait_for(timeout=30_000)
+    assert frame.locator("#questions").inner_text().count("the inbox first") == 1
+    page.evaluate("window.jupyterapp.commands.execute('kernelmenu:shutdown')")
+
+
+@pytest.mark.timeout(300)
+def test_a_cli_run_is_answered_with_no_kernel(lab: dict[str, Any], page: Any) -> None:
+    open_lab(page, lab)
+    for kernel in kernels(lab):  # no kernel at all: the notebook test's one is shut down
+        request = urllib.request.Request(
+            f"{lab['url']}/api/kernels/{kernel['id']}?token={lab['token']}", method="DELETE"
+        )
+        urllib.request.urlopen(request, timeout=30).close()
+    for _ in range(200):
+        if kernels(lab) == []:
+            break
+        time.sleep(0.1)
+    assert kernels(lab) == []
+    proc = cli_run(lab)
+    try:
+        page.locator(".Toastify__toast", has_text="formal or casual").wait_for(timeout=60_000)
+        run_id = pending_run(page, 2)
+        answer_in_the_sidebar(page, run_id)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert json.loads(out)["status"] == "finished"
+    run_command(page, "iterion:open-runs")
+    row = page.locator(f"{RUNS} .iterion-runs-row[data-run='{run_id}']")
+    row.locator(".iterion-status[data-status=finished]").wait_for(timeout=30_000)
+    assert row.locator("button.iterion-cancel").count() == 0  # nothing to cancel when finished
+
+
+def wait_for_underline(page: Any, scope: str, text: str) -> Any:
+    mark = page.locator(f"{scope} .cm-iterion-error", has_text=text)
+    mark.wait_for(timeout=30_000)
+    return mark
+
+
+@pytest.mark.timeout(300)
+def test_a_typo_in_an_iterion_cell_is_underlined_before_it_runs(
+    lab: dict[str, Any], page: Any
+) -> None:
+    open_notebook(page, lab, "typo.ipynb")
+    cell = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell:nth-child(2)"
+    mark = wait_for_underline(page, cell, "modle")
+    assert mark.inner_text() == "modle"
+    assert page.locator(f"{cell} .jp-InputPrompt").inner_text().strip() in ("[ ]:", "")  # not run
+    # the .iter language: keywords highlighted, the magic line as such
+    colors = page.evaluate(
+        f"""() => {{
+        const spans = [...document.querySelectorAll('{cell} .cm-line span')];
+        const find = (t) => spans.find((s) => s.textContent === t);
+        const line = document.querySelector('{cell} .cm-line');
+        return {{agent: getComputedStyle(find('agent')).color,
+                 name: getComputedStyle(find('gatherer')).color,
+                 magic: !!find('%%iterion release_notes'),
+                 plain: getComputedStyle(line).color}};
+    }}"""
+    )
+    assert colors["magic"] and colors["agent"] != colors["plain"], colors
+    mark.hover()
+    tip = page.locator(".cm-iterion-tooltip")
+    tip.wait_for(timeout=10_000)
+    assert "modle" in tip.inner_text() and "error" in tip.inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").screenshot(
+        path=str(ARTIFACTS / "labextension-editor.png")
+    )
+    # fixed as you type: the underline goes, still without running the cell
+    mark.dblclick()
+    page.keyboard.type("model")
+    page.locator(f"{cell} .cm-iterion-error").wait_for(state="detached", timeout=30_000)
+    page.keyboard.press("End")
+    page.keyboard.type(" x")  # "model: "scripted" x": a new problem, underlined
+    page.locator(f"{cell} .cm-iterion-error").first.wait_for(timeout=30_000)
+    # a .iter file in the file editor: the same language and checks
+    run_command(page, "docmanager:open", {"path": "typo.iter"})
+    wait_for_underline(page, ".jp-FileEditor:not(.lm-mod-hidden)", "modle")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_the_panels_read_in_the_light_and_dark_themes(
+    lab: dict[str, Any], page: Any, theme: str
+) -> None:
+    """Every text of the sidebar, the runs panel, the badge and the tooltip: 4.5:1 or more."""
+    open_lab(page, lab, "typo.iter")
+    run_command(page, "apputils:change-theme", {"theme": theme})
+    light = "true" if theme.endswith("Light") else "false"
+    page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{light}'")
+    proc = cli_run(lab)
+    try:
+        pending_run(page, 2)
+        page.locator(f"{INBOX} .iterion-card.answered").first.wait_for(timeout=10_000)
+        name = theme.split()[-1].lower()
+        page.locator(".Toastify__toast").first.wait_for(timeout=30_000)
+        measured = page.evaluate(MEASURE)
+        badge = page.evaluate(BADGE)  # the count itself: the attribute ::after shows
+        assert page.get_attribute(TAB, "data-iterion-count") == "2", badge
+        page.locator(INBOX).screenshot(path=str(ARTIFACTS / f"labextension-sidebar-{name}.png"))
+        run_command(page, "iterion:open-runs")
+        page.locator(f"{RUNS} .iterion-status[data-status=running]").first.wait_for()
+        measured += page.evaluate(MEASURE)
+        page.locator(RUNS).screenshot(path=str(ARTIFACTS / f"labextension-runs-{name}.png"))
+        page.locator(".cm-iterion-error").first.hover()
+        page.locator(".cm-iterion-tooltip").wait_for(timeout=10_000)
+        measured += page.evaluate(MEASURE)
+    finally:
+        proc.kill()
+        proc.wait()
+    badge_ratio = page.evaluate(
+        "([fg, bg]) => {" + MEASURE.split("const found = [];")[0].split("=> {", 1)[1]
+        + " return ratio(parse(fg), parse(bg)); }",
+        [badge["color"], badge["background"]],
+    )  # fmt: skip
+    measured.append({"text": "badge", "ratio": badge_ratio, "tag": "::after", "cls": "badge"})
+    texts = {m["text"] for m in measured}
+    assert {"Questions", "Runs", "Formal", "Answer", "Which feature should come first?"} <= texts
+    assert any(m["cls"].startswith("iterion-status") for m in measured)
+    assert any("modle" in m["text"] for m in measured)  # the tooltip
+    worst = min(measured, key=lambda m: m["ratio"])
+    (ARTIFACTS / f"labextension-contrast-{name}.json").write_text(
+        json.dumps(sorted(measured, key=lambda m: m["ratio"])[:15], indent=1)
+    )
+    assert worst["ratio"] >= 4.5, worst
+    run_command(page, "apputils:change-theme", {"theme": "JupyterLab Light"})
