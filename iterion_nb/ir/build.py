@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal, cast
 
 from iterion_nb.dsl import ast
-from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
 from iterion_nb.dsl.limits import NumberTooLargeError, parse_decimal, parse_int, shorten
 from iterion_nb.dsl.source import Span
 from iterion_nb.ir import model as m
@@ -183,7 +183,7 @@ class Builder:
                 self.diags.add(
                     "C050",
                     f"{decl.kind} nodes have no property '{prop.name}'"
-                    f" (allowed: {', '.join(allowed)})",
+                    f"{did_you_mean(prop.name, allowed)} (allowed: {', '.join(allowed)})",
                     prop.name_span,
                 )
                 continue
@@ -199,7 +199,8 @@ class Builder:
         if isinstance(value, ast.IdentValue):
             prompt = self.draft.prompts.get(value.name)
             if prompt is None:
-                self.diags.add("C003", f"unknown prompt '{value.name}'", value.span)
+                hint = did_you_mean(value.name, self.draft.prompts)
+                self.diags.add("C003", f"unknown prompt '{value.name}'{hint}", value.span)
                 return None
             self.draft.prompt_users.setdefault(value.name, []).append(node)
             return prompt.template
@@ -212,7 +213,8 @@ class Builder:
         """A schema name, which must be declared."""
         name = self.read.name(prop)
         if name is not None and name not in self.draft.schemas:
-            self.diags.add("C002", f"unknown schema '{name}'", prop.value.span)
+            hint = did_you_mean(name, self.draft.schemas)
+            self.diags.add("C002", f"unknown schema '{name}'{hint}", prop.value.span)
             return None
         return name
 

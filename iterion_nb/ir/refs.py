@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
 from iterion_nb.dsl.source import Span
 from iterion_nb.ir import model as m
 from iterion_nb.ir.build import Draft, ExprUse, TemplateUse
@@ -127,11 +127,12 @@ class RefChecker:
             if len(path) != 2 or path[1] not in _RUN_ATTRS:
                 self._bad(span, f"'{'.'.join(path)}': the run namespace has run.id")
         else:
-            self._bad(
-                span,
-                f"unknown namespace '{head}' in '{'.'.join(path)}'; expected vars, input,"
-                " outputs, artifacts, loop or run",
+            known = ("vars", "input", "outputs", "artifacts", "loop", "run")
+            hint = (
+                did_you_mean(head, known)
+                or "; expected vars, input, outputs, artifacts, loop or run"
             )
+            self._bad(span, f"unknown namespace '{head}' in '{'.'.join(path)}'{hint}")
 
     def _bad(self, span: Span, message: str) -> None:
         self.diags.add("C004", message, span)
@@ -140,7 +141,8 @@ class RefChecker:
         if len(path) < 2:
             self._bad(span, "'vars' needs a variable name, as in vars.topic")
         elif path[1] not in self.d.vars:
-            self.diags.add("C033", f"undeclared variable '{path[1]}'", span)
+            hint = did_you_mean(path[1], self.d.vars)
+            self.diags.add("C033", f"undeclared variable '{path[1]}'{hint}", span)
 
     def _input(self, path: tuple[str, ...], span: Span, node: str | None) -> None:
         if len(path) < 2 or node is None:
@@ -149,8 +151,11 @@ class RefChecker:
         fields = input_fields(owner, self.d.schemas)
         if fields is not None and path[1] not in fields:
             schema = getattr(owner, "input", "")
+            hint = did_you_mean(path[1], fields)
             self.diags.add(
-                "C034", f"'{path[1]}' is not a field of input schema '{schema}' of '{node}'", span
+                "C034",
+                f"'{path[1]}' is not a field of input schema '{schema}' of '{node}'{hint}",
+                span,
             )
 
     def _outputs(self, path: tuple[str, ...], span: Span) -> None:
@@ -159,7 +164,8 @@ class RefChecker:
             return
         target = self.d.nodes.get(path[1])
         if target is None:
-            self.diags.add("C029", f"'outputs.{path[1]}': no node is named '{path[1]}'", span)
+            hint = did_you_mean(path[1], self.d.nodes)
+            self.diags.add("C029", f"'outputs.{path[1]}': no node is named '{path[1]}'{hint}", span)
             return
         if len(path) < 3:
             return
@@ -174,16 +180,21 @@ class RefChecker:
             return
         fields = output_fields(target, self.d.schemas)
         if fields is not None and field not in fields:
-            self.diags.add("C031", f"the output of '{path[1]}' has no field '{field}'", span)
+            hint = did_you_mean(field, fields)
+            self.diags.add("C031", f"the output of '{path[1]}' has no field '{field}'{hint}", span)
 
     def _artifacts(self, path: tuple[str, ...], span: Span) -> None:
         if len(path) < 2:
             self._bad(span, "'artifacts' needs an artifact name, as in artifacts.plan")
         elif path[1] not in self.artifacts:
-            self.diags.add("C035", f"unknown artifact '{path[1]}': no node publishes it", span)
+            hint = did_you_mean(path[1], self.artifacts)
+            self.diags.add(
+                "C035", f"unknown artifact '{path[1]}': no node publishes it{hint}", span
+            )
 
     def _loop(self, path: tuple[str, ...], span: Span) -> None:
         if len(path) != 3 or path[2] not in _LOOP_ATTRS:
             self._bad(span, "loop references look like loop.NAME.iteration or loop.NAME.max")
         elif path[1] not in self.d.loops:
-            self._bad(span, f"'{'.'.join(path)}': no loop is named '{path[1]}'")
+            hint = did_you_mean(path[1], self.d.loops)
+            self._bad(span, f"'{'.'.join(path)}': no loop is named '{path[1]}'{hint}")

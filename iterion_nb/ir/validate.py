@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
 from iterion_nb.ir import model as m
 from iterion_nb.ir.build import Draft
 from iterion_nb.ir.joins import check_joins
@@ -39,10 +39,12 @@ def _known_edges(draft: Draft, diags: Diagnostics) -> list[m.Edge]:
             )
             ok = False
         elif edge.src not in draft.nodes:
-            diags.add("C001", f"unknown node '{edge.src}' in edge", edge.span)
+            hint = did_you_mean(edge.src, draft.nodes)
+            diags.add("C001", f"unknown node '{edge.src}' in edge{hint}", edge.span)
             ok = False
         if edge.dst not in draft.nodes and edge.dst not in m.TERMINALS:
-            diags.add("C001", f"unknown node '{edge.dst}' in edge", edge.span)
+            hint = did_you_mean(edge.dst, [*draft.nodes, *m.TERMINALS])
+            diags.add("C001", f"unknown node '{edge.dst}' in edge{hint}", edge.span)
             ok = False
         if ok:
             good.append(edge)

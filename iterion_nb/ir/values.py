@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 
 from iterion_nb.dsl import ast
-from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
 from iterion_nb.dsl.limits import (
     MAX_DURATION_SECONDS,
     NumberTooLargeError,
@@ -84,11 +84,13 @@ class ValueReader:
     def __init__(self, diags: Diagnostics) -> None:
         self.diags = diags
 
-    def _wrong(self, prop: ast.Property, expected: str) -> None:
+    def _wrong(self, prop: ast.Property, expected: str, known: tuple[str, ...] = ()) -> None:
+        value = prop.value
+        word = value.name if isinstance(value, ast.IdentValue) else ""
         self.diags.add(
             "C052",
-            f"'{prop.name}' expects {expected}, found {describe(prop.value)}",
-            prop.value.span,
+            f"'{prop.name}' expects {expected}, found {describe(value)}{did_you_mean(word, known)}",
+            value.span,
         )
 
     def name(self, prop: ast.Property) -> str | None:
@@ -110,7 +112,8 @@ class ValueReader:
         if word not in options:
             self.diags.add(
                 code,
-                f"'{prop.name}' must be one of {', '.join(options)}; found '{word}'",
+                f"'{prop.name}' must be one of {', '.join(options)}; found '{word}'"
+                f"{did_you_mean(word, options)}",
                 prop.value.span,
             )
             return None
@@ -161,7 +164,7 @@ class ValueReader:
         value = prop.value
         if isinstance(value, ast.IdentValue) and value.name in ("true", "false"):
             return value.name == "true"
-        self._wrong(prop, "true or false")
+        self._wrong(prop, "true or false", ("true", "false"))
         return None
 
     def duration(self, prop: ast.Property) -> float | None:
@@ -207,10 +210,11 @@ class ValueReader:
     def type_spec(self, ref: ast.TypeRef) -> TypeSpec | None:
         """A declared type; unknown names get C056."""
         if ref.name not in SCALAR_TYPES:
+            hint = did_you_mean(ref.name, SCALAR_TYPES)
             self.diags.add(
                 "C056",
-                f"unknown type '{ref.name}'; expected one of {', '.join(SCALAR_TYPES)}"
-                " (add [] for a list)",
+                f"unknown type '{ref.name}'"
+                f"{hint or '; expected one of ' + ', '.join(SCALAR_TYPES)} (add [] for a list)",
                 ref.span,
             )
             return None

@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from iterion_nb.dsl.diagnostics import did_you_mean
 from iterion_nb.errors import AlreadyAnsweredError, InvalidAnswerError, QuestionClosedError
 from iterion_nb.ir import model as m
 from iterion_nb.ir.values import matches_type as fits
@@ -170,7 +171,9 @@ def check_fits(question: Interaction, answer: Any) -> Any:
     offered = ", ".join(
         o.id if o.label in ("", o.id) else f"{o.id} ({o.label})" for o in question.options
     )
+    names = [n for o in question.options for n in (o.id, o.label) if n]
+    hint = did_you_mean(answer, names) if isinstance(answer, str) else ""
     raise InvalidAnswerError(
         f"{json.dumps(answer, ensure_ascii=False)[:80]} is not one of the options of question"
-        f" '{question.id}': {offered}"
+        f" '{question.id}': {offered}{hint}"
     )
