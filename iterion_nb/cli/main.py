@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -102,6 +103,19 @@ def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+#: Exit code when stdout's reader went away (as a shell reports SIGPIPE: 128 + 13).
+EXIT_BROKEN_PIPE = 141
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(
     argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
@@ -124,6 +138,9 @@ def main(
     except FileNotFoundError as problem:
         stderr.write(f"iterion-nb: {problem.filename}: no such file\n")
         return EXIT_USAGE
+    except BrokenPipeError:  # `iterion-nb … | head`: the reader has all it wanted
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except (OSError, http.client.HTTPException) as problem:
         # the last net under talking to a store holder: a lost connection is a message
         stderr.write(f"iterion-nb: {problem or type(problem).__name__}\n")

@@ -110,3 +110,17 @@ def test_usage_errors_exit_two() -> None:
     assert proc.returncode == 2
     assert "invalid choice" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_reader_that_stops_early_gets_no_error_message(tmp_path: Path) -> None:
+    """``iterion-nb validate FILE | head``: the rest is not wanted, and that is not an error."""
+    (tmp_path / "w.iter").write_text("workflow w:\n  entry: a\n  a -> b\n")
+    proc = subprocess.Popen(
+        [str(SCRIPT), "validate", str(tmp_path / "w.iter")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before anything is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) == 141
+    assert err == ""
