@@ -38,11 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"iterion-nb {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    validate = sub.add_parser("validate", help="compile a .iter file and report every problem")
-    validate.add_argument("file", help="the .iter workflow to check")
+    validate = sub.add_parser(
+        "validate", help="compile a workflow file (.iter or .bot) and report every problem"
+    )
+    validate.add_argument("file", help="the workflow file (.iter or .bot) to check")
     validate.add_argument("--json", action="store_true", help="print diagnostics as JSON")
     graph = sub.add_parser("graph", help="print the workflow as a Mermaid flowchart")
-    graph.add_argument("file", help="the .iter workflow to draw")
+    graph.add_argument("file", help="the workflow file (.iter or .bot) to draw")
     add_commands(sub)
     return parser
 
@@ -54,7 +56,7 @@ def _compile(path_text: str) -> CompileResult:
     except FileNotFoundError:
         raise _UsageError(f"{path_text}: no such file") from None
     except IsADirectoryError:
-        raise _UsageError(f"{path_text}: is a directory, not a .iter file") from None
+        raise _UsageError(f"{path_text}: is a directory, not a workflow file") from None
     except OSError as err:
         raise _UsageError(f"{path_text}: cannot read: {err.strerror}") from None
     return analyze(data, path_text)

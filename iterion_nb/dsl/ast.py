@@ -254,3 +254,5 @@ class Module:
 
     declarations: tuple[Declaration, ...]
     span: Span
+    #: The language version a ``dsl: N`` header names (upstream iterion's), if any.
+    dsl: int | None = None

@@ -37,6 +37,7 @@ CODES: dict[str, CodeInfo] = {
     "S006": CodeInfo(_E, "source is not UTF-8 text"),
     "S007": CodeInfo(_E, "source too large"),
     "S008": CodeInfo(_E, "unexpected character"),
+    "S009": CodeInfo(_E, "a dsl: version this build does not read"),
     # iterion's numbering
     "C001": CodeInfo(_E, "unknown node in an edge"),
     "C002": CodeInfo(_E, "unknown schema"),

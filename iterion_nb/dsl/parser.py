@@ -22,6 +22,8 @@ from iterion_nb.dsl.tokens import Token, TokenKind
 T = TypeVar("T")
 
 _DECL_KEYWORDS = ("vars", "prompt", "schema", "workflow", *ast.NODE_KEYWORDS)
+#: The ``dsl: N`` versions this parser reads: upstream iterion's 1 and 2 mean the same here.
+SUPPORTED_DSL = ("1", "2")
 
 
 class _Abort(Exception):  # noqa: N818 - unwinds, is never shown
@@ -48,6 +50,8 @@ class Parser:
         self._error_lines: set[int] = {d.line for d in diagnostics}
         #: Brackets and indented blocks open around the current token.
         self.depth = 0
+        #: The version a ``dsl: N`` header named.
+        self._dsl: int | None = None
 
     # -- helpers ---------------------------------------------------------
     @property
@@ -181,7 +185,7 @@ class Parser:
             self._declarations(decls)
         last = max(len(source.lines), 1)
         span = Span(1, 1, last, len(source.line_text(last)) + 1)
-        return ast.Module(tuple(decls), span)
+        return ast.Module(tuple(decls), span, self._dsl)
 
     def _declarations(self, decls: list[ast.Declaration]) -> None:
         while not self._at(TokenKind.EOF):
@@ -196,10 +200,34 @@ class Parser:
                 continue
             start = self.pos
             try:
+                if self._at(TokenKind.IDENT, "dsl") and self._peek().kind is TokenKind.COLON:
+                    self._dsl_header()
+                    continue
                 decls.append(self._declaration())
             except _Abort:
                 if self.pos == start or self.toks[self.pos - 1].kind is not TokenKind.NEWLINE:
                     self._skip_statement()
+
+    def _dsl_header(self) -> None:
+        """``dsl: 1`` or ``dsl: 2``: the language version (upstream iterion's header)."""
+        head = self._advance()
+        self._advance()  # the ':'
+        version = self._expect(TokenKind.NUMBER, "the language version after 'dsl:' (1 or 2)")
+        if self._dsl is not None:
+            self.diags.add("C058", "'dsl:' is given twice", head.span)
+        elif version.text not in SUPPORTED_DSL:
+            self.diags.add(
+                "S009",
+                f"dsl {version.text} is not a version this build reads (it reads"
+                f" {' and '.join(SUPPORTED_DSL)})",
+                version.span,
+            )
+        else:
+            self._dsl = int(version.text)
+        if not (self._at(TokenKind.NEWLINE) or self._at(TokenKind.EOF)):
+            raise self._error(
+                f"expected the end of the line after 'dsl: {version.text}'", self.tok.span
+            )
 
     def _declaration(self) -> ast.Declaration:
         head = self.tok

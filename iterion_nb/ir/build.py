@@ -60,6 +60,8 @@ class Draft:
     prompts: dict[str, m.Prompt] = field(default_factory=dict)
     schemas: dict[str, m.Schema] = field(default_factory=dict)
     vars: dict[str, m.Var] = field(default_factory=dict)
+    #: For each node, the fields the `with` mappings of its incoming edges build, by source.
+    mapped_into: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     nodes: dict[str, m.Node] = field(default_factory=dict)
     node_decls: dict[str, ast.NodeDecl] = field(default_factory=dict)
     prompt_users: dict[str, list[str]] = field(default_factory=dict)
@@ -84,6 +86,8 @@ class Builder:
         self.diags = diags
         self.read = ValueReader(diags)
         self.draft = Draft()
+        #: Where each variable was declared: "top" (a module's vars:) or "workflow".
+        self._var_level: dict[str, str] = {}
 
     def build(self, module: ast.Module) -> Draft:
         """Build every declaration of ``module``."""
@@ -94,11 +98,11 @@ class Builder:
             elif isinstance(decl, ast.SchemaDecl):
                 self._schema(decl)
             elif isinstance(decl, ast.VarsDecl):
-                self._vars(decl)
+                self._vars(decl, "top")
             elif isinstance(decl, ast.WorkflowDecl):
                 self.draft.workflows.append(decl)
                 for block in decl.vars:
-                    self._vars(block)
+                    self._vars(block, "workflow")
         for decl in decls:
             if isinstance(decl, ast.NodeDecl):
                 self._node(decl)
@@ -131,11 +135,20 @@ class Builder:
             fields[f.name] = m.Field(f.name, spec, tuple(e.text for e in f.enum), f.span)
         self.draft.schemas[decl.name] = m.Schema(decl.name, fields, decl.span)
 
-    def _vars(self, block: ast.VarsDecl) -> None:
+    def _vars(self, block: ast.VarsDecl, level: str) -> None:
+        """Declare variables.
+
+        A workflow's ``vars:`` may redeclare a top-level one: the two merge and
+        the workflow's declaration wins (as upstream).
+        """
         for var in block.vars:
-            if var.name in self.draft.vars:
+            before = self._var_level.get(var.name)
+            if before == level:
                 self._twice("variable", var.name, var.name_span)
                 continue
+            if before == "workflow":  # a top-level one after the workflow's: the workflow's wins
+                continue
+            self._var_level[var.name] = level
             spec = self.read.type_spec(var.type) or m.TypeSpec("json")
             has_default, default = False, None
             if var.default is not None and not self.read.numbers_fit(var.default):
@@ -538,6 +551,7 @@ class _NodeBuilder:
             *self._base(),
             input=self._schema("input"),
             output=self._schema("output"),
+            publish=cast("str | None", self._opt("publish", "name")),
             instructions=self._text("instructions"),
             interaction=cast("m.InteractionMode", interaction),
             min_answers=cast("int", self._opt("min_answers", "integer", 1) or 1),
@@ -598,6 +612,7 @@ class _NodeBuilder:
             command=command or EMPTY,
             input=self._schema("input"),
             output=self._schema("output"),
+            publish=cast("str | None", self._opt("publish", "name")),
             timeout_seconds=cast("float | None", self._opt("timeout", "duration")),
         )
 
@@ -626,6 +641,7 @@ class _NodeBuilder:
             exprs=tuple(exprs),
             input=self._schema("input"),
             output=self._schema("output"),
+            publish=cast("str | None", self._opt("publish", "name")),
         )
 
     def _compute_lines(self, block: ast.BlockValue) -> list[m.ComputeExpr]:
@@ -694,6 +710,7 @@ class _NodeBuilder:
             event=self._event(),
             timeout_seconds=self._timeout("C197", '"10m"'),
             output=self._schema("output"),
+            publish=cast("str | None", self._opt("publish", "name")),
         )
 
     def _await_answers(self) -> m.AwaitAnswersNode:

@@ -26,7 +26,7 @@ NodeKind = Literal[
 TERMINALS = ("done", "fail")
 SCALAR_TYPES = ("string", "bool", "int", "float", "json")
 BACKENDS = ("claw", "claude_code")
-REASONING_EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
+REASONING_EFFORTS = ("minimal", "low", "medium", "high", "xhigh", "max")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +141,7 @@ class HumanNode(NodeBase):
     kind: Literal["human"] = "human"
     input: str | None = None
     output: str | None = None
+    publish: str | None = None
     instructions: Template | None = None
     interaction: InteractionMode = "human"
     min_answers: int = 1
@@ -158,6 +159,7 @@ class ToolNode(NodeBase):
     kind: Literal["tool"] = "tool"
     input: str | None = None
     output: str | None = None
+    publish: str | None = None
     timeout_seconds: float | None = None
 
 
@@ -179,6 +181,7 @@ class ComputeNode(NodeBase):
     kind: Literal["compute"] = "compute"
     input: str | None = None
     output: str | None = None
+    publish: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +201,7 @@ class WaitNode(NodeBase):
     timeout_seconds: float
     kind: Literal["wait"] = "wait"
     output: str | None = None
+    publish: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

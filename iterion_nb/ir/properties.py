@@ -27,6 +27,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "human": (
         "input",
         "output",
+        "publish",
         "instructions",
         "interaction",
         "min_answers",
@@ -35,10 +36,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "on_expire",
         "await",
     ),
-    "tool": ("command", "input", "output", "timeout", "await"),
-    "compute": ("expr", "input", "output", "await"),
+    "tool": ("command", "input", "output", "publish", "timeout", "await"),
+    "compute": ("expr", "input", "output", "publish", "await"),
     "emit": ("event", "with", "await"),
-    "wait": ("event", "timeout", "output", "await"),
+    "wait": ("event", "timeout", "output", "publish", "await"),
     "await_answers": ("from", "timeout", "await"),
 }
 

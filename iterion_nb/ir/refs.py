@@ -49,9 +49,8 @@ class RefChecker:
         self.d = draft
         self.diags = diags
         self.in_loop: set[str] = set().union(*loop_members.values()) if loop_members else set()
-        self.artifacts = {
-            n.publish for n in draft.nodes.values() if isinstance(n, m.AgentNode) and n.publish
-        }
+        published = (getattr(n, "publish", None) for n in draft.nodes.values())
+        self.artifacts: set[str] = {name for name in published if isinstance(name, str)}
 
     def check_templates(self, uses: list[TemplateUse]) -> None:
         """Check every reference of every template use."""

@@ -65,6 +65,9 @@ def _check_routing(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> Non
     for edge in draft.edges:
         if edge.src in draft.nodes:
             feeders.setdefault(edge.dst, []).append(draft.nodes[edge.src])
+        if edge.mapping:
+            keys = draft.mapped_into.setdefault(edge.dst, {}).setdefault(edge.src, set())
+            keys.update(key for key, _ in edge.mapping)
     for src, outs in _by_source(edges).items():
         node = draft.nodes[src]
         if isinstance(node, m.RouterNode):
@@ -103,12 +106,15 @@ def _check_plain_exits(
     draft: Draft,
     diags: Diagnostics,
 ) -> None:
-    plain = [e for e in outs if e.condition is None]
-    for extra in plain[1:]:
+    # One unconditional edge, or one loop edge and one fallback: the loop is
+    # taken while it is open, then the fallback (graceful exhaustion).
+    plain = [e for e in outs if e.condition is None and e.loop is None]
+    looping = [e for e in outs if e.condition is None and e.loop is not None]
+    for extra in plain[1:] + looping[1:]:
         diags.add(
             "C010",
             f"'{node.name}' has several unconditional edges; only routers fan out"
-            " (add 'when' or use a router)",
+            " (add 'when' or use a router; one loop edge may have one fallback edge)",
             extra.span,
         )
     _check_conditions(node, outs, feeders, draft, diags)
@@ -160,6 +166,23 @@ def _check_conditions(
 def _check_field(
     node: m.Node, cond: m.FieldCondition, feeders: list[m.Node], draft: Draft, diags: Diagnostics
 ) -> None:
+    if isinstance(node, m.RouterNode):
+        # a router tests its input: what an incoming edge's `with` mapping builds, else
+        # the output of the node before it
+        mapped = draft.mapped_into.get(node.name, {})
+        if any(cond.field in keys for keys in mapped.values()):
+            return
+        built = sorted(set().union(*mapped.values())) if mapped else []
+        if built and all(f.name in mapped for f in feeders):
+            diags.add(
+                "C014",
+                f"condition field '{cond.field}' is not in the input of router '{node.name}'"
+                f" (its incoming 'with' builds {', '.join(built)})"
+                f"{did_you_mean(cond.field, built)}",
+                cond.span,
+            )
+            return
+        feeders = [f for f in feeders if f.name not in mapped]
     sources = feeders if isinstance(node, m.RouterNode) else [node]
     for source in sources:
         fields = output_fields(source, draft.schemas)

@@ -561,9 +561,12 @@ class Engine:
         self, node: m.Node, edges: tuple[m.Edge, ...], bare: Any, f: Frontier
     ) -> list[m.Edge]:
         exhausted = None
-        ordered = [e for e in edges if e.condition is not None] + [
-            e for e in edges if e.condition is None
-        ]
+        # conditions first; then a loop edge while it is open; then the fallback
+        ordered = (
+            [e for e in edges if e.condition is not None]
+            + [e for e in edges if e.condition is None and e.loop is not None]
+            + [e for e in edges if e.condition is None and e.loop is None]
+        )
         for edge in ordered:
             if self._holds(edge, bare, f):
                 if self._open(edge):

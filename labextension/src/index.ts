@@ -286,13 +286,13 @@ const language: JupyterFrontEndPlugin<void> = {
       name: 'iter',
       displayName: 'iterion workflow',
       mime: ITER_MIME,
-      extensions: ['iter'],
+      extensions: ['iter', 'bot'],
       load: async () => iterLanguage()
     });
     app.docRegistry.addFileType({
       name: 'iterion',
       displayName: 'iterion workflow',
-      extensions: ['.iter'],
+      extensions: ['.iter', '.bot'],
       mimeTypes: [ITER_MIME],
       icon: workflowIcon,
       fileFormat: 'text',

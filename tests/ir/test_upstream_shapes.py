@@ -1,0 +1,118 @@
+"""Upstream iterion's workflow shapes compile and run here with its semantics (issue 20).
+
+Each fixture in tests/fixtures/upstream/ is a ``.bot`` file with the ``dsl: 2``
+header, as upstream writes them; it compiles without a diagnostic, runs with
+the scripted model, and behaves as upstream documents.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import iterion_nb as it
+from iterion_nb.ir import analyze
+from iterion_nb.session import RunHandle, Session
+from iterion_nb.store import MemoryStore
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
+CLI = Path(sys.executable).parent / "iterion-nb"
+
+
+@pytest.mark.parametrize("path", sorted(UPSTREAM.glob("*.bot")), ids=lambda p: p.stem)
+def test_each_shape_compiles_cleanly(path: Path) -> None:
+    result = analyze(path.read_text(), path.name)
+    assert [d.message for d in result.diagnostics] == []
+    assert result.workflow is not None and result.workflow.name == path.stem
+    done = subprocess.run([str(CLI), "validate", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith(f"{path}: ok"), done.stdout
+
+
+async def run(
+    name: str, scenario: dict[str, Any], folder: Path = UPSTREAM
+) -> tuple[RunHandle, list[Any]]:
+    session = Session(MemoryStore(), scenario=scenario)
+    try:
+        run = await session.start(it.compile_file(folder / f"{name}.bot"))
+        await run.wait(10)
+        return run, await run.events()
+    finally:
+        await session.close()
+
+
+def visits(events: list[Any], node: str) -> int:
+    return sum(1 for e in events if e.type == "node_started" and e.node_id == node)
+
+
+async def test_a_compute_node_publishes() -> None:
+    handle, events = await run("publish_on_compute", {"nodes": {"use": [{"text": "ok"}]}})
+    assert handle.status == "finished"
+    written = [e.data for e in events if e.type == "artifact_written"]
+    assert written == [{"name": "gathered", "version": 1}]
+    asked = next(e for e in events if e.type == "llm_request" and e.node_id == "use")
+    assert "The number is 42." in repr(asked.data["messages"])
+
+
+@pytest.mark.parametrize("fallback_first", [False, True])
+async def test_a_loop_with_a_fallback_loops_then_falls_through(
+    fallback_first: bool, tmp_path: Path
+) -> None:
+    scenario = {"nodes": {"check": [{"output": {"ok": False}}] * 4, "fixer": [{"text": "x"}] * 4}}
+    name = "graceful_exhaustion"
+    if fallback_first:  # the order of the two edges does not matter
+        source = (UPSTREAM / f"{name}.bot").read_text()
+        swapped = source.replace(
+            "  fixer -> check as retry(3)\n  fixer -> fail\n",
+            "  fixer -> fail\n  fixer -> check as retry(3)\n",
+        )
+        assert swapped != source
+        (tmp_path / f"{name}.bot").write_text(swapped)
+    handle, events = await run(name, scenario, tmp_path if fallback_first else UPSTREAM)
+    assert handle.status == "failed"  # the fallback is 'fail': reached once the loop is spent
+    assert handle.error == "the workflow reached 'fail'"
+    assert (visits(events, "check"), visits(events, "fixer")) == (4, 4)
+    # and when a check passes, the loop is left by its condition
+    ok = {"nodes": {"check": {"visits": [[{"output": {"ok": False}}], [{"output": {"ok": True}}]]},
+                    "fixer": [{"text": "x"}]}}  # fmt: skip
+    handle, events = await run("graceful_exhaustion", ok)
+    assert handle.status == "finished" and visits(events, "fixer") == 1
+
+
+@pytest.mark.parametrize(("retryable", "status"), [(True, "finished"), (False, "failed")])
+async def test_a_router_tests_what_the_with_mapping_built(retryable: bool, status: str) -> None:
+    scenario = {"nodes": {"recheck": [{"output": {"good": False, "retryable": retryable}}],
+                          "refiner": [{"text": "refined"}]}}  # fmt: skip
+    handle, events = await run("router_field_from_with", scenario)
+    assert handle.status == status
+    routed = next(e for e in events if e.type == "node_started" and e.node_id == "fix_dispatch")
+    assert routed.data["input"] == {"fixable": retryable}  # a bool, not the text "false"
+    assert visits(events, "refiner") == (1 if retryable else 0)
+
+
+async def test_the_workflows_vars_win_and_the_rest_merge() -> None:
+    wf = it.compile_file(UPSTREAM / "workflow_vars_win.bot")
+    assert {k: v.default for k, v in wf.vars.items()} == {"topic": "coffee", "cups": 2}
+    handle, events = await run("workflow_vars_win", {"nodes": {"writer": [{"text": "ok"}]}})
+    asked = next(e for e in events if e.type == "llm_request")
+    assert "Write about coffee, 2 cups." in repr(asked.data["messages"])
+    assert handle.status == "finished"
+
+
+def test_a_variable_declared_twice_at_one_level_is_still_an_error() -> None:
+    source = (UPSTREAM / "workflow_vars_win.bot").read_text()
+    twice = source.replace("  cups: int = 2\n", '  cups: int = 2\n  topic: string = "tea"\n')
+    found = [(d.code, d.message) for d in analyze(twice, "w.bot").diagnostics]
+    assert found == [("C058", "variable 'topic' is declared twice")]
+
+
+def test_dsl_versions_it_does_not_read_are_named() -> None:
+    source = (UPSTREAM / "reasoning_effort_max.bot").read_text()
+    found = [
+        (d.code, d.message) for d in analyze(source.replace("dsl: 2", "dsl: 3"), "x").diagnostics
+    ]
+    assert found == [("S009", "dsl 3 is not a version this build reads (it reads 1 and 2)")]
+    assert analyze(source.replace("dsl: 2", "dsl: 1"), "x").diagnostics == ()
