@@ -498,7 +498,7 @@ class _NodeBuilder:
             readonly=bool(self._opt("readonly", "boolean")),
             session=cast(
                 "m.SessionMode",
-                self._opt("session", "choice", ("fresh", "inherit", "fork")) or "fresh",
+                self._opt("session", "choice", m.SESSION_MODES) or "fresh",
             ),
             interaction=cast("m.InteractionMode", interaction or "none"),
         )

@@ -16,7 +16,13 @@ from iterion_nb.ir.templates import Template
 
 InteractionMode = Literal["none", "human", "llm", "llm_or_human", "async"]
 AwaitMode = Literal["wait_all", "best_effort"]
-SessionMode = Literal["fresh", "inherit", "fork"]
+SessionMode = Literal["fresh", "inherit", "fork", "inherit_if_available", "artifacts_only"]
+#: The session modes, as upstream iterion names them.
+SESSION_MODES: tuple[str, ...] = (
+    "fresh", "inherit", "fork", "inherit_if_available", "artifacts_only",
+)  # fmt: skip
+#: The modes that continue another node's conversation.
+CONTINUING = ("inherit", "fork", "inherit_if_available")
 RouterMode = Literal["fan_out_all", "condition", "round_robin", "llm"]
 NodeKind = Literal[
     "agent", "judge", "router", "human", "tool", "compute", "emit", "wait", "await_answers"

@@ -169,6 +169,15 @@ class RefChecker:
         if len(path) < 3:
             return
         field = path[2]
+        if field == "_session_id":  # the node's conversation, for session: inherit / fork
+            if not isinstance(target, m.AgentNode):
+                self.diags.add(
+                    "C031",
+                    f"'outputs.{path[1]}._session_id': '{path[1]}' is a {target.kind} node;"
+                    " only agents and judges hold a conversation",
+                    span,
+                )
+            return
         if field == "history":
             if path[1] not in self.in_loop:
                 self.diags.add(

@@ -340,7 +340,7 @@ def _check_nodes(draft: Draft, diags: Diagnostics) -> None:
     _check_models(draft, diags)
     for node in draft.nodes.values():
         session = getattr(node, "session", "fresh")
-        if node.await_mode is not None and session in ("inherit", "fork"):
+        if node.await_mode is not None and session in m.CONTINUING:
             diags.add(
                 "C009",
                 f"'{node.name}' joins branches (await: {node.await_mode}), so it cannot"
@@ -428,9 +428,10 @@ def _check_mappings(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> No
         if fields is None or not edge.mapping:
             continue
         for key, _ in edge.mapping:
-            if key not in fields:
+            if key not in fields and key != "_session_id":  # names a conversation to continue
                 diags.add(
                     "C034",
-                    f"'{key}' is not a field of the input schema of '{edge.dst}'",
+                    f"'{key}' is not a field of the input schema of '{edge.dst}'"
+                    f"{did_you_mean(key, fields)}",
                     draft.key_spans.get((edge.span, key), edge.span),
                 )

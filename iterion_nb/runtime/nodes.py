@@ -137,12 +137,46 @@ class NodeRunner:
     # -- agents and judges -------------------------------------------------
     async def _agent(self, node: m.AgentNode, f: Frontier, scope: Scope) -> Any:
         request = self._request("agent", node, f, scope, output_schema=self._schema(node.output))
+        parent = self._parent_session(node, f) if f.resume is None else None
+        if parent is not None:
+            request = replace(
+                request, session=self.state.sessions[parent], fork=node.session == "fork"
+            )
         result = await self._call_backend(request)
+        if result.session is not None:
+            self.state.sessions[node.name] = result.session
+            if parent is not None and node.session != "fork":
+                self.state.sessions[parent] = result.session  # one conversation, continued
         f.resume = None
         output = result.output
         if node.output is None and isinstance(output, str):
             output = _object_or_text(output)
         return self.checked(node, output, node.output)
+
+    def _parent_session(self, node: m.AgentNode, f: Frontier) -> str | None:
+        """The node whose conversation this one continues (or forks), if its mode says so.
+
+        Named by ``_session_id`` in the node's input (upstream's way: ``with {
+        _session_id: "{{outputs.worker._session_id}}" }``), else the node it came
+        from. ``inherit_if_available`` starts fresh when there is none.
+
+        Raises:
+            NodeError: ``inherit`` or ``fork`` with no conversation to continue.
+        """
+        if node.session not in m.CONTINUING:
+            return None
+        named = f.input.get("_session_id") if isinstance(f.input, dict) else None
+        parent = named if isinstance(named, str) and named else f.came_from
+        if parent is not None and parent in self.state.sessions:
+            return parent
+        if node.session == "inherit_if_available":
+            return None
+        where = f"'{parent}' has no conversation yet" if parent else "no node came before it"
+        raise NodeError(
+            node.name,
+            f"session: {node.session} has nothing to continue: {where} (pass"
+            ' _session_id: "{{outputs.NODE._session_id}}" with the edge into it)',
+        )
 
     # -- human gates -------------------------------------------------------
     async def _human(self, node: m.HumanNode, f: Frontier, scope: Scope) -> Any:

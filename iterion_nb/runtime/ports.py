@@ -329,6 +329,11 @@ class BackendRequest:
     in_branch: bool = False
     #: The run's working directory (where file tools and commands act).
     workdir: str = "."
+    #: The conversation this node continues (``session: inherit``) or starts from a
+    #: copy of (``session: fork``): what the parent's backend returned as its session.
+    session: dict[str, Any] | None = None
+    #: Whether :attr:`session` is forked (a copy) rather than continued.
+    fork: bool = False
 
 
 @dataclass(frozen=True)
@@ -339,6 +344,9 @@ class BackendResult:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    #: The node's conversation as it ended, for a later node to inherit or fork
+    #: (JSON data, kept in the run's checkpoint): ``{"backend": ..., ...}``.
+    session: dict[str, Any] | None = None
 
 
 class NodeContext(Protocol):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from iterion_nb.errors import IterionError
@@ -31,7 +31,11 @@ class Scope:
             name: {"iteration": self.state.loops.get(name, 0), "max": loop.max_iterations}
             for name, loop in self.wf.loops.items()
         }
-        outputs = dict(self.state.outputs)
+        outputs: dict[str, Any] = dict(self.state.outputs)
+        for name in {*self.state.history, *self.state.sessions}:
+            output = outputs.get(name)
+            if isinstance(output, Mapping):
+                outputs[name] = node_output(output, self._extras(name))
         return {
             "vars": self.state.vars,
             "input": self.input if self.input is not None else {},
@@ -41,6 +45,15 @@ class Scope:
             "run": {"id": self.run_id},
         }
 
+    def _extras(self, node: str) -> dict[str, Any]:
+        """What an expression finds on a node besides its output's fields."""
+        extras: dict[str, Any] = {}
+        if node in self.state.history:
+            extras["history"] = self.state.history[node]
+        if node in self.state.sessions:
+            extras[SESSION_ID] = node
+        return extras
+
     def lookup(self, path: tuple[str, ...]) -> Any:
         """The value of a dotted reference; :class:`RenderError` if it has none."""
         head, rest = path[0], list(path[1:])
@@ -48,6 +61,10 @@ class Scope:
         value: Any
         if head == "outputs" and len(rest) >= 2 and rest[1] == "history":
             value, rest = state.history.get(rest[0], []), rest[2:]
+        elif head == "outputs" and len(rest) >= 2 and rest[1] == SESSION_ID:
+            if rest[0] not in state.sessions:
+                raise RenderError(f"'{'.'.join(path)}': '{rest[0]}' has no conversation yet")
+            value, rest = rest[0], rest[2:]
         elif head == "outputs" and rest:
             if rest[0] not in state.outputs:
                 raise RenderError(f"'{'.'.join(path)}': node '{rest[0]}' has not run yet")
@@ -88,3 +105,17 @@ class Scope:
 def quoted_lookup(scope: Scope, quote: Callable[[str], str]) -> Callable[[tuple[str, ...]], Any]:
     """A lookup whose values are quoted as text (for shell commands)."""
     return lambda path: quote(stringify(scope.lookup(path)))
+
+
+#: The field naming a node's conversation, for ``session: inherit`` / ``fork`` (upstream's name).
+SESSION_ID = "_session_id"
+
+
+def node_output(output: Mapping[str, Any], extras: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's output as expressions see it: its fields, then ``history`` and ``_session_id``.
+
+    (Templates find those two through :meth:`Scope.lookup`; an expression such
+    as ``length(outputs.fix.history)`` reads them here. A field of the output
+    with the same name wins.)
+    """
+    return {**extras, **output}

@@ -90,6 +90,8 @@ class RunState:
     pending_interaction: str | None = None
     waiting_on: list[str] = field(default_factory=list)
     reached_done: bool = False
+    #: Each LLM node's conversation as it last ended (for session: inherit / fork).
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def new_id(self, prefix: str) -> str:
         """A branch or group id, unique within the run."""
@@ -117,6 +119,7 @@ class RunState:
             "pending_interaction": self.pending_interaction,
             "waiting_on": list(self.waiting_on),
             "reached_done": self.reached_done,
+            "sessions": dict(self.sessions),
         }
 
     @classmethod
@@ -141,6 +144,7 @@ class RunState:
             pending_interaction=data.get("pending_interaction"),
             waiting_on=list(data.get("waiting_on", [])),
             reached_done=bool(data.get("reached_done", False)),
+            sessions=dict(data.get("sessions", {})),
         )
 
 

@@ -93,11 +93,13 @@ class ScenarioServer:
             found = _NODE_LINE.search(system)
             node = found.group(1) if found else "default"
         visit = int(headers.get("x-iterion-visit") or 0)
+        base = int(headers.get("x-iterion-turn-base") or 0)
         with self._lock:
             self.requests.append({"node": node, "visit": visit, "body": raw or body})
         request = ProviderRequest(
             model=str(body.get("model", "")), system=system,
             messages=list(body.get("messages", [])), tools=[], node=node, visit=visit,
+            turn_base=base,
         )  # fmt: skip
         index, turn = turn_of(self.scenario, request)
         if turn.get("delay"):

@@ -116,3 +116,10 @@ def test_dsl_versions_it_does_not_read_are_named() -> None:
     ]
     assert found == [("S009", "dsl 3 is not a version this build reads (it reads 1 and 2)")]
     assert analyze(source.replace("dsl: 2", "dsl: 1"), "x").diagnostics == ()
+
+
+async def test_an_expression_reads_a_loop_nodes_history() -> None:
+    visits3 = [[{"output": {"ok": False}}], [{"output": {"ok": False}}], [{"output": {"ok": True}}]]
+    handle, _ = await run("history_in_expressions", {"nodes": {"check": {"visits": visits3}}})
+    assert handle.status == "finished", handle.error
+    assert handle.outputs["tally"] == {"n": 3}  # it compiled, so it runs

@@ -156,6 +156,9 @@ class _Session:
         self.failure: NodeError | None = None
         #: Model turns so far in this node call (continued across pauses).
         self.turns = int((request.resume or {}).get("turns", 0))
+        #: Model turns of a conversation this node continues (session: inherit / fork).
+        self.turn_base = int((request.resume or request.session or {}).get(
+            "turn_base" if request.resume else "turns", 0))  # fmt: skip
 
     # -- the MCP server ------------------------------------------------------
     def _mcp_server(self) -> Any:
@@ -326,7 +329,7 @@ class _Session:
         return {"decision": "block", "reason": "\n".join(b["text"] for b in blocks)}
 
     # -- running the CLI ------------------------------------------------------
-    def _options(self, resume: str | None) -> Any:
+    def _options(self, resume: str | None, fork: bool = False) -> Any:
         sdk = self.sdk
         node = self.node
         names = [PREFIX + spec.name for spec in self.loop.specs]
@@ -334,7 +337,8 @@ class _Session:
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
             "ANTHROPIC_CUSTOM_HEADERS": f"x-iterion-node: {node.name}\n"
-                                        f"x-iterion-visit: {self.request.visit}",
+                                        f"x-iterion-visit: {self.request.visit}\n"
+                                        f"x-iterion-turn-base: {self.turn_base}",
             **self.backend.env,
         }  # fmt: skip
         hooks = {
@@ -348,11 +352,12 @@ class _Session:
             tools=[], allowed_tools=names, mcp_servers={SERVER: self._mcp_server()},
             system_prompt=self.loop.system_prompt(), model=self.request.model or None,
             max_turns=self.backend.max_turns, cwd=str(Path(self.request.workdir).resolve()),
-            resume=resume, hooks=hooks, env=env, cli_path=self.backend.cli_path,
+            resume=resume, fork_session=fork, hooks=hooks, env=env,
+            cli_path=self.backend.cli_path,
             stderr=self.stderr.append, setting_sources=[], include_partial_messages=True,
         )  # fmt: skip
 
-    async def _query(self, prompt: str, resume: str | None) -> Any:
+    async def _query(self, prompt: str, resume: str | None, fork: bool = False) -> Any:
         """One CLI process: stream its messages into events; return its (model) result."""
         sdk = self.sdk
         self.deferred = None
@@ -360,7 +365,7 @@ class _Session:
         result = None
         pending = self._pending
         try:
-            async for message in sdk.query(prompt=prompt, options=self._options(resume)):
+            async for message in sdk.query(prompt=prompt, options=self._options(resume, fork)):
                 if result is not None:
                     continue  # after the model's result: the local /cost, not a model turn
                 if isinstance(message, sdk.StreamEvent) and message.parent_tool_use_id is None:
@@ -444,19 +449,23 @@ class _Session:
             await self.loop._watch_expiries()
             result = await self._query(RESUME_PROMPT, state["session_id"])
         else:
-            result = await self._query(self.request.user or "Begin.", None)
+            parent = self._inherited()
+            fork = parent is not None and self.request.fork
+            result = await self._query(self.request.user or "Begin.", parent, fork)
         repaired = False
         while True:
             if result.stop_reason == "tool_deferred" and self.deferred is not None:
                 self.ctx.charge(0, self.cost)
                 self.cost = 0.0
                 state = {**self.deferred, "session_id": result.session_id, "turns": self.turns,
-                         "steps": self.steps}  # fmt: skip
+                         "steps": self.steps, "turn_base": self.turn_base}  # fmt: skip
                 raise PauseRun(self.deferred["interaction"], state)
             output, problems = self.loop._final(result.result or "")
             if not problems:
                 self.ctx.charge(0, self.cost)
-                return BackendResult(output, cost_usd=0.0)
+                session = {"backend": "claude_code", "session_id": result.session_id,
+                           "turns": self.turn_base + self.turns}  # fmt: skip
+                return BackendResult(output, cost_usd=0.0, session=session)
             if repaired:
                 raise NodeError(
                     self.node.name,
@@ -469,6 +478,20 @@ class _Session:
                 + "; ".join(problems) + ". Reply with only the corrected JSON object."
             )  # fmt: skip
             result = await self._query(prompt, result.session_id)
+
+    def _inherited(self) -> str | None:
+        """The CLI session this node continues or forks (``session:``), or None."""
+        session = self.request.session
+        if session is None:
+            return None
+        if session.get("backend") != "claude_code":
+            raise NodeError(
+                self.node.name,
+                f"session: {getattr(self.node, 'session', 'inherit')} continues a conversation"
+                f" held by the {session.get('backend')} backend; this node runs on claude_code"
+                " (give both nodes the same backend)",
+            )
+        return str(session["session_id"])
 
     async def _check_answered(self, state: dict[str, Any]) -> None:
         """Resuming before the answers are in pauses again at once (no CLI started)."""

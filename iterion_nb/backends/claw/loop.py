@@ -159,6 +159,8 @@ class AgentLoop:
         self._sent = 0  # messages already recorded in an llm_request event
         #: When questions this node posted expire (the inbox looks then, to say so).
         self._expiries: list[float] = []
+        #: Model replies of a conversation this node continues (not its own turns).
+        self._turn_base = 0
 
     # -- the conversation ----------------------------------------------------
     def system_prompt(self) -> str:
@@ -189,7 +191,8 @@ class AgentLoop:
 
     async def _converse(self) -> BackendResult:
         messages = await self._start()
-        self._replies = sum(m["role"] == "assistant" for m in messages)  # once, not per turn
+        # once, not per turn; a continued session's earlier replies are not this node's turns
+        self._replies = sum(m["role"] == "assistant" for m in messages) - self._turn_base
         # a resumed conversation: what came before was recorded by the run that paused
         self._sent = len(messages) - 1 if self.request.resume else 0
         steps = 0
@@ -213,7 +216,7 @@ class AgentLoop:
                 continue
             output, problems = self._final(response.text)
             if not problems:
-                return BackendResult(output)
+                return BackendResult(output, session={"backend": "claw", "messages": messages})
             if repaired:
                 raise NodeError(
                     self.node.name,
@@ -229,7 +232,10 @@ class AgentLoop:
     async def _start(self) -> list[Message]:
         state = self.request.resume
         if not state:
-            return [{"role": "user", "content": [_text(self.request.user or "Begin.")]}]
+            inherited = self._inherited()
+            self._turn_base = sum(m["role"] == "assistant" for m in inherited)
+            return [*inherited, {"role": "user", "content": [_text(self.request.user or "Begin.")]}]
+        self._turn_base = int(state.get("turn_base", 0))
         messages: list[Message] = list(state["messages"])
         results: list[Block] = list(state["results"])
         skip: set[str] = set()
@@ -254,6 +260,20 @@ class AgentLoop:
         messages.append({"role": "user", "content": results + await self._inbox(skip)})
         return messages
 
+    def _inherited(self) -> list[Message]:
+        """The conversation this node continues or forks (``session:``), or none."""
+        session = self.request.session
+        if session is None:
+            return []
+        if session.get("backend") != "claw":
+            raise NodeError(
+                self.node.name,
+                f"session: {getattr(self.node, 'session', 'inherit')} continues a conversation"
+                f" held by the {session.get('backend')} backend; this node runs on claw"
+                " (give both nodes the same backend)",
+            )
+        return list(session["messages"])
+
     async def _watch_expiries(self) -> None:
         """After a pause or a crash: when this node's open questions expire."""
         mine = await self.ctx.store.pending_interactions(
@@ -275,6 +295,7 @@ class AgentLoop:
             node=self.node.name,
             visit=self.request.visit,
             max_tokens=self.node.max_tokens or 4096,
+            turn_base=self._turn_base,
         )
         turn, self._replies = self._replies, self._replies + 1
         sent, self._sent = self._sent, len(messages)
@@ -505,6 +526,7 @@ class AgentLoop:
 
     async def _block(self, call: Block, messages: list[Message], results: list[Block]) -> Block:
         state: dict[str, Any] = {"tool_use_id": call["id"], "messages": messages,
+                                 "turn_base": self._turn_base,
                                  "results": results}  # fmt: skip
         if call["name"] == "ask_user":
             try:

@@ -65,7 +65,8 @@ class AnthropicProvider:
             "max_tokens": request.max_tokens,
             "messages": request.messages,
             "extra_headers": {"x-iterion-node": request.node,
-                              "x-iterion-visit": str(request.visit)},
+                              "x-iterion-visit": str(request.visit),
+                              "x-iterion-turn-base": str(request.turn_base)},
         }  # fmt: skip
         if request.system:
             kwargs["system"] = request.system

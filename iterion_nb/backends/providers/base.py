@@ -45,6 +45,9 @@ class ProviderRequest:
     node: str
     visit: int
     max_tokens: int = 4096
+    #: Model turns the conversation held before this node took it over (an
+    #: inherited or forked session): a scenario counts this node's turns after them.
+    turn_base: int = 0
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ class OpenAIProvider:
             "messages": to_openai(request.system, request.messages),
             "max_tokens": request.max_tokens,
             "extra_headers": {"x-iterion-node": request.node,
-                              "x-iterion-visit": str(request.visit)},
+                              "x-iterion-visit": str(request.visit),
+                              "x-iterion-turn-base": str(request.turn_base)},
         }  # fmt: skip
         if request.tools:
             kwargs["tools"] = [

@@ -22,7 +22,8 @@ this turn fail with a transient error before it succeeds). Tool-call ids
 are deterministic: ``toolu_<node>_<visit>_<turn>_<n>``.
 
 The turn is the number of assistant messages already in the conversation, so
-a resumed conversation picks up where it stopped, even in another process;
+a resumed conversation picks up where it stopped, even in another process
+(a node continuing another's session counts its own turns only);
 the visit is how many times the node ran before in this run.
 """
 
@@ -68,7 +69,8 @@ def load_scenario(source: Mapping[str, Any] | str | Path) -> dict[str, Any]:
 def turn_of(scenario: Mapping[str, Any], request: ProviderRequest) -> tuple[int, dict[str, Any]]:
     """The index and the data of the scenario turn that answers ``request``."""
     turns = _turns(scenario, request.node, request.visit)
-    index = sum(1 for m in request.messages if m.get("role") == "assistant")
+    replies = sum(1 for m in request.messages if m.get("role") == "assistant")
+    index = replies - request.turn_base
     if index >= len(turns):
         raise ScenarioError(
             f"the scenario has no turn {index} for node '{request.node}'"
