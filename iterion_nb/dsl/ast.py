@@ -221,7 +221,7 @@ class LoopDecl:
 
 @dataclass(frozen=True, slots=True)
 class EdgeDecl:
-    """``src -> dst [when ...] [as loop(N)] [with {...}]``."""
+    """``src -> dst [when ... | else] [as loop(N)] [with {...}]``."""
 
     src: str
     src_span: Span
@@ -231,6 +231,8 @@ class EdgeDecl:
     loop: LoopDecl | None
     with_: MapValue | None
     span: Span
+    #: ``src -> dst else``: taken when no other edge of ``src`` is (upstream's syntax).
+    otherwise: bool = False
 
 
 @dataclass(frozen=True, slots=True)

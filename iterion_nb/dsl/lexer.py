@@ -30,6 +30,8 @@ _TOKEN_RE = re.compile(
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<string>"[^"\\]*+(?:\\.[^"\\]*+)*+")
   | (?P<open_string>".*)
+  | (?P<raw>`[^`]*+`)
+  | (?P<open_raw>`.*)
   | (?P<punct>[:,=\[\]{}()])
   | (?P<bad>.)
     """,
@@ -210,6 +212,15 @@ class Lexer:
                 self._punct(value, span)
             elif group == "string":
                 append(Token(TokenKind.STRING, _decode(value[1:-1]), span))
+            elif group == "raw":  # `raw`: backslashes are text (upstream's raw strings)
+                append(Token(TokenKind.STRING, value[1:-1], span))
+            elif group == "open_raw":
+                self.diags.add(
+                    "S003",
+                    "unterminated string: add a closing '`' on the same line",
+                    Span.point(line_no, col),
+                )
+                append(Token(TokenKind.STRING, value[1:], span))
             elif group == "open_string":
                 self.diags.add(
                     "S003",

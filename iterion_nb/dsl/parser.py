@@ -454,8 +454,14 @@ class Parser:
         when: ast.WhenField | ast.WhenExpr | None = None
         loop: ast.LoopDecl | None = None
         with_: ast.MapValue | None = None
+        otherwise = False
         if self._at(TokenKind.IDENT, "when"):
             when = self._when(self._advance())
+        elif self._at(TokenKind.IDENT, "else"):
+            self._advance()
+            otherwise = True
+        if self._at(TokenKind.IDENT, "else"):
+            raise self._error("an edge has 'when' or 'else', not both", self.tok.span)
         if self._at(TokenKind.IDENT, "as"):
             as_ = self._advance()
             loop_name = self._expect_ident("a loop name after 'as'")
@@ -470,12 +476,13 @@ class Parser:
         end = self._prev_span()
         if not self._at(TokenKind.NEWLINE) and not self._at(TokenKind.EOF):
             raise self._error(
-                f"expected 'when', 'as', 'with' or end of line, found {self.tok.describe()}",
+                f"expected 'when', 'else', 'as', 'with' or end of line, found"
+                f" {self.tok.describe()}",
                 self.tok.span,
             )
         self._end_of_line()
         return ast.EdgeDecl(
-            src.text, src.span, dst.text, dst.span, when, loop, with_, src.span.to(end)
+            src.text, src.span, dst.text, dst.span, when, loop, with_, src.span.to(end), otherwise
         )
 
     def _when(self, kw: Token) -> ast.WhenField | ast.WhenExpr:

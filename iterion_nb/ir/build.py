@@ -364,7 +364,7 @@ class Builder:
             for entry in decl.with_.entries:
                 self.draft.key_spans[(decl.span, entry.key)] = entry.key_span
         self.draft.edges.append(
-            m.Edge(decl.src, decl.dst, condition, loop, tuple(mapping), decl.span)
+            m.Edge(decl.src, decl.dst, condition, loop, tuple(mapping), decl.span, decl.otherwise)
         )
 
     def mapping(self, value: ast.MapValue, node: str) -> list[tuple[str, Template]]:
@@ -528,6 +528,7 @@ class _NodeBuilder:
             *self._base(),
             mode=cast("m.RouterMode", mode or "fan_out_all"),
             model=self._template("model"),
+            backend=cast("str | None", self._opt("backend", "choice", m.BACKENDS)),
             system=self._text("system"),
             user=self._text("user"),
             multi=bool(self._opt("multi", "boolean")),
@@ -556,6 +557,7 @@ class _NodeBuilder:
             interaction=cast("m.InteractionMode", interaction),
             min_answers=cast("int", self._opt("min_answers", "integer", 1) or 1),
             model=self._template("model"),
+            system=self._text("system"),
             expires_in=self._expires_in(),
             on_expire=self._on_expire(),
         )

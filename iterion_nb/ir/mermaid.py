@@ -57,6 +57,8 @@ def edge_label(edge: m.Edge, loops: dict[str, m.Loop]) -> str:
         bits.append(("not " if edge.condition.negated else "") + edge.condition.field)
     elif isinstance(edge.condition, m.ExprCondition):
         bits.append(edge.condition.source)
+    elif edge.otherwise:
+        bits.append("else")
     if edge.loop:
         bits.append(f"loop {edge.loop} ≤{loops[edge.loop].max_iterations}")
     return " · ".join(bits)

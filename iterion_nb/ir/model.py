@@ -122,6 +122,8 @@ class RouterNode(NodeBase):
     mode: RouterMode
     kind: Literal["router"] = "router"
     model: Template | None = None
+    #: The backend an ``llm`` router asks (else the workflow's default).
+    backend: str | None = None
     system: Template | None = None
     user: Template | None = None
     multi: bool = False
@@ -152,6 +154,8 @@ class HumanNode(NodeBase):
     interaction: InteractionMode = "human"
     min_answers: int = 1
     model: Template | None = None
+    #: The system prompt of the model answering on a person's behalf (interaction: llm…).
+    system: Template | None = None
     #: Seconds a person has to answer before the question expires (None: forever).
     expires_in: float | None = None
     on_expire: OnExpire = field(default_factory=OnExpire)
@@ -262,6 +266,8 @@ class Edge:
     loop: str | None
     mapping: tuple[tuple[str, Template], ...]
     span: Span
+    #: An ``else`` edge: the fallback, taken when no other edge of ``src`` is.
+    otherwise: bool = False
 
 
 @dataclass(frozen=True, slots=True)

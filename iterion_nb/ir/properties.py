@@ -23,7 +23,7 @@ _LLM = (
 ALLOWED: dict[str, tuple[str, ...]] = {
     "agent": _LLM,
     "judge": _LLM,
-    "router": ("mode", "model", "system", "user", "multi", "await"),
+    "router": ("mode", "model", "backend", "system", "user", "multi", "await"),
     "human": (
         "input",
         "output",
@@ -32,6 +32,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "interaction",
         "min_answers",
         "model",
+        "system",
         "expires_in",
         "on_expire",
         "await",
@@ -44,7 +45,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 #: Router properties that only make sense when ``mode: llm``.
-LLM_ROUTER_ONLY = ("model", "system", "user", "multi")
+LLM_ROUTER_ONLY = ("model", "backend", "system", "user", "multi")
 
 WORKFLOW_PROPERTIES = ("entry", "default_backend", "budget")
 BUDGET_PROPERTIES = (

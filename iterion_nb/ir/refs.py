@@ -9,8 +9,8 @@ from iterion_nb.ir.build import Draft, ExprUse, TemplateUse
 from iterion_nb.ir.evaluate import NAMESPACES
 from iterion_nb.ir.expr import references
 
-_LOOP_ATTRS = ("iteration", "max")
-_RUN_ATTRS = ("id",)
+_LOOP_ATTRS = ("iteration", "max", "previous_output")
+_RUN_ATTRS = ("id", "tokens", "cost_usd", "iterations", "elapsed_seconds")
 _STRING = m.TypeSpec("string")
 
 #: Output shapes of nodes that have no output schema.
@@ -124,7 +124,11 @@ class RefChecker:
             self._loop(path, span)
         elif head == "run":
             if len(path) != 2 or path[1] not in _RUN_ATTRS:
-                self._bad(span, f"'{'.'.join(path)}': the run namespace has run.id")
+                hint = did_you_mean(path[1], _RUN_ATTRS) if len(path) > 1 else ""
+                self._bad(
+                    span,
+                    f"'{'.'.join(path)}': the run namespace has {', '.join(_RUN_ATTRS)}{hint}",
+                )
         else:
             known = ("vars", "input", "outputs", "artifacts", "loop", "run")
             hint = (
@@ -201,8 +205,13 @@ class RefChecker:
             )
 
     def _loop(self, path: tuple[str, ...], span: Span) -> None:
-        if len(path) != 3 or path[2] not in _LOOP_ATTRS:
-            self._bad(span, "loop references look like loop.NAME.iteration or loop.NAME.max")
+        deeper = len(path) > 3 and path[2] == "previous_output"  # a field of that output
+        if (len(path) != 3 and not deeper) or path[2] not in _LOOP_ATTRS:
+            self._bad(
+                span,
+                "loop references look like loop.NAME.iteration, loop.NAME.max or"
+                " loop.NAME.previous_output[.FIELD]",
+            )
         elif path[1] not in self.d.loops:
             hint = did_you_mean(path[1], self.d.loops)
             self._bad(span, f"'{'.'.join(path)}': no loop is named '{path[1]}'{hint}")

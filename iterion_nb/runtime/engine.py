@@ -257,6 +257,10 @@ class Engine:
     def _elapsed(self) -> float:
         return time.monotonic() - self._started
 
+    def elapsed_total(self) -> float:
+        """Seconds the run has executed, over every process that executed it."""
+        return self._elapsed_before + self._elapsed()
+
     # -- budget ------------------------------------------------------------
     async def _warn(self, kind: str, limit: float, used: float) -> None:
         if kind in self.state.warned:
@@ -513,12 +517,13 @@ class Engine:
             chosen = await self._route(node, f, edges)
         else:
             chosen = self._first_match(node, edges, output, f)
-        scope = Scope(self.wf, self.state, self.run_id, f.input)
+        scope = Scope(self.wf, self.state, self.run_id, f.input, self.elapsed_total())
         emit = self.event_for(node.name, f.branch)
         nexts = []
         for edge in chosen:
             if edge.loop is not None:
                 self.state.loops[edge.loop] = self.state.loops.get(edge.loop, 0) + 1
+                self.state.loop_outputs[edge.loop] = output
             try:
                 value = {key: scope.value(t) for key, t in edge.mapping} if edge.mapping else output
             except RenderError as err:
@@ -551,7 +556,7 @@ class Engine:
         fields = bare if isinstance(bare, dict) else {}
         if isinstance(cond, m.FieldCondition):
             return truthy(fields.get(cond.field)) != cond.negated
-        names = Scope(self.wf, self.state, self.run_id, f.input).namespaces()
+        names = Scope(self.wf, self.state, self.run_id, f.input, self.elapsed_total()).namespaces()
         try:
             return truthy(evaluate(cond.expr, names, fields))
         except ExpressionError as err:
@@ -581,7 +586,10 @@ class Engine:
         self, node: m.RouterNode, f: Frontier, edges: tuple[m.Edge, ...]
     ) -> list[m.Edge]:
         if node.mode == "fan_out_all":
-            return [e for e in edges if self._holds(e, f.input, f) and self._open(e)]
+            taken = [
+                e for e in edges if not e.otherwise and self._holds(e, f.input, f) and self._open(e)
+            ]
+            return taken or [e for e in edges if e.otherwise and self._open(e)]
         if node.mode == "condition":
             return self._first_match(node, edges, f.input, f)
         if node.mode == "round_robin":
@@ -593,7 +601,7 @@ class Engine:
     async def _llm_route(
         self, node: m.RouterNode, f: Frontier, edges: tuple[m.Edge, ...]
     ) -> list[m.Edge]:
-        scope = Scope(self.wf, self.state, self.run_id, f.input)
+        scope = Scope(self.wf, self.state, self.run_id, f.input, self.elapsed_total())
         request = self._nodes._request("route", node, f, scope, choices=tuple(e.dst for e in edges))
         picked = (await self._nodes._call_backend(request)).output
         names = [picked] if isinstance(picked, str) else list(picked or [])

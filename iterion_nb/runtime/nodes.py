@@ -48,7 +48,7 @@ class NodeRunner:
 
     async def run(self, node: m.Node, f: Frontier) -> Any:
         """Run ``node`` for branch ``f`` and return its output."""
-        scope = Scope(self.wf, self.state, self.engine.run_id, f.input)
+        scope = Scope(self.wf, self.state, self.engine.run_id, f.input, self.engine.elapsed_total())
         try:
             if isinstance(node, m.AgentNode):
                 return await self._agent(node, f, scope)
@@ -190,6 +190,9 @@ class NodeRunner:
             )
             request = replace(request, user=request.user or question)
             answer = (await self._call_backend(request)).output
+            if isinstance(answer, str) and node.output is not None:
+                parsed = _object_or_text(answer)  # a model answering a form writes JSON
+                answer = parsed if "text" not in parsed or len(parsed) > 1 else answer
             if answer is not None:
                 return self._human_output(node, answer)
             if node.interaction == "llm":

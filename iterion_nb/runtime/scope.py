@@ -19,18 +19,34 @@ class RenderError(IterionError):
 class Scope:
     """The namespaces ``vars``, ``input``, ``outputs``, ``artifacts``, ``loop``, ``run``."""
 
-    def __init__(self, wf: m.Workflow, state: RunState, run_id: str, node_input: Any) -> None:
+    def __init__(
+        self, wf: m.Workflow, state: RunState, run_id: str, node_input: Any,
+        elapsed: float | None = None,
+    ) -> None:  # fmt: skip
         self.wf = wf
         self.state = state
         self.run_id = run_id
         self.input = node_input
+        #: Seconds the run has executed so far (else the last checkpoint's figure).
+        self.elapsed = state.usage.elapsed_seconds if elapsed is None else elapsed
+
+    def run_values(self) -> dict[str, Any]:
+        """``run.*``: the run's id and what it has consumed, as its budget counts it."""
+        usage = self.state.usage
+        return {
+            "id": self.run_id, "tokens": usage.tokens, "cost_usd": usage.cost_usd,
+            "iterations": usage.iterations, "elapsed_seconds": round(self.elapsed, 3),
+        }  # fmt: skip
 
     def namespaces(self) -> dict[str, Any]:
         """The namespaces as plain data, for the expression evaluator."""
         loops = {
-            name: {"iteration": self.state.loops.get(name, 0), "max": loop.max_iterations}
+            name: {
+                "iteration": self.state.loops.get(name, 0), "max": loop.max_iterations,
+                "previous_output": self.state.loop_outputs.get(name),
+            }
             for name, loop in self.wf.loops.items()
-        }
+        }  # fmt: skip
         outputs: dict[str, Any] = dict(self.state.outputs)
         for name in {*self.state.history, *self.state.sessions}:
             output = outputs.get(name)
@@ -42,7 +58,7 @@ class Scope:
             "outputs": outputs,
             "artifacts": {k: v["value"] for k, v in self.state.artifacts.items()},
             "loop": loops,
-            "run": {"id": self.run_id},
+            "run": self.run_values(),
         }
 
     def _extras(self, node: str) -> dict[str, Any]:
@@ -56,35 +72,44 @@ class Scope:
 
     def lookup(self, path: tuple[str, ...]) -> Any:
         """The value of a dotted reference; :class:`RenderError` if it has none."""
-        head, rest = path[0], list(path[1:])
-        state = self.state
-        value: Any
-        if head == "outputs" and len(rest) >= 2 and rest[1] == "history":
-            value, rest = state.history.get(rest[0], []), rest[2:]
-        elif head == "outputs" and len(rest) >= 2 and rest[1] == SESSION_ID:
-            if rest[0] not in state.sessions:
-                raise RenderError(f"'{'.'.join(path)}': '{rest[0]}' has no conversation yet")
-            value, rest = rest[0], rest[2:]
-        elif head == "outputs" and rest:
-            if rest[0] not in state.outputs:
-                raise RenderError(f"'{'.'.join(path)}': node '{rest[0]}' has not run yet")
-            value, rest = state.outputs[rest[0]], rest[1:]
-        elif head == "artifacts" and rest:
-            if rest[0] not in state.artifacts:
-                raise RenderError(f"'{'.'.join(path)}': nothing has been published yet")
-            value, rest = state.artifacts[rest[0]]["value"], rest[1:]
-        elif head == "input":
-            value = self.input
-        elif head == "vars":
-            value = state.vars
-        else:
-            value = self.namespaces()[head]
+        found = self._root(path)
+        if found is None:
+            return None  # loop.X.previous_output on the first pass: nothing before it
+        value, rest = found
         for name in rest:
             if isinstance(value, dict) and name in value:
                 value = value[name]
             else:
                 raise RenderError(f"'{'.'.join(path)}' has no value")
         return value
+
+    def _root(self, path: tuple[str, ...]) -> tuple[Any, list[str]] | None:
+        """Where a reference starts: a value, and the fields still to follow in it."""
+        head, rest = path[0], list(path[1:])
+        state = self.state
+        if head == "outputs" and len(rest) >= 2 and rest[1] == "history":
+            return state.history.get(rest[0], []), rest[2:]
+        if head == "outputs" and len(rest) >= 2 and rest[1] == SESSION_ID:
+            if rest[0] not in state.sessions:
+                raise RenderError(f"'{'.'.join(path)}': '{rest[0]}' has no conversation yet")
+            return rest[0], rest[2:]
+        if head == "outputs" and rest:
+            if rest[0] not in state.outputs:
+                raise RenderError(f"'{'.'.join(path)}': node '{rest[0]}' has not run yet")
+            return state.outputs[rest[0]], rest[1:]
+        if head == "artifacts" and rest:
+            if rest[0] not in state.artifacts:
+                raise RenderError(f"'{'.'.join(path)}': nothing has been published yet")
+            return state.artifacts[rest[0]]["value"], rest[1:]
+        if head == "loop" and len(rest) >= 2 and rest[1] == "previous_output":
+            if rest[0] not in state.loop_outputs:
+                return None
+            return state.loop_outputs[rest[0]], rest[2:]
+        if head == "input":
+            return self.input, rest
+        if head == "vars":
+            return state.vars, rest
+        return self.namespaces()[head], rest
 
     def render(self, template: Template) -> str:
         """Render a template to text (``${ENV}`` from the environment)."""

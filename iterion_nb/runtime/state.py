@@ -92,6 +92,8 @@ class RunState:
     reached_done: bool = False
     #: Each LLM node's conversation as it last ended (for session: inherit / fork).
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each loop's source output when its edge was last taken (loop.NAME.previous_output).
+    loop_outputs: dict[str, Any] = field(default_factory=dict)
 
     def new_id(self, prefix: str) -> str:
         """A branch or group id, unique within the run."""
@@ -120,6 +122,7 @@ class RunState:
             "waiting_on": list(self.waiting_on),
             "reached_done": self.reached_done,
             "sessions": dict(self.sessions),
+            "loop_outputs": dict(self.loop_outputs),
         }
 
     @classmethod
@@ -145,6 +148,7 @@ class RunState:
             waiting_on=list(data.get("waiting_on", [])),
             reached_done=bool(data.get("reached_done", False)),
             sessions=dict(data.get("sessions", {})),
+            loop_outputs=dict(data.get("loop_outputs", {})),
         )
 
 

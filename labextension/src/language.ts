@@ -10,7 +10,7 @@ const DECLARATIONS = new Set([
   'vars', 'prompt', 'schema', 'agent', 'judge', 'router', 'human', 'tool', 'compute', 'emit',
   'wait', 'await_answers', 'workflow'
 ]); // prettier-ignore
-const KEYWORDS = new Set(['when', 'not', 'as', 'with', 'and', 'or']);
+const KEYWORDS = new Set(['when', 'not', 'else', 'as', 'with', 'and', 'or', 'dsl']);
 const ATOMS = new Set(['done', 'fail']);
 const BOOLS = new Set(['true', 'false', 'null']);
 const TYPES = new Set(['string', 'int', 'float', 'bool', 'json']);
@@ -116,7 +116,7 @@ export const iterStream = StreamLanguage.define<IIterState>({
     if (stream.match('->')) {
       return 'operator';
     }
-    if (stream.match(/^"(?:[^"\\]|\\.)*"?/)) {
+    if (stream.match(/^"(?:[^"\\]|\\.)*"?/) || stream.match(/^`[^`]*`?/)) {
       return 'string';
     }
     if (stream.match(/^-?[0-9]+(?:\.[0-9]+)?[A-Za-z0-9_]*/)) {

@@ -123,3 +123,59 @@ async def test_an_expression_reads_a_loop_nodes_history() -> None:
     handle, _ = await run("history_in_expressions", {"nodes": {"check": {"visits": visits3}}})
     assert handle.status == "finished", handle.error
     assert handle.outputs["tally"] == {"n": 3}  # it compiled, so it runs
+
+
+@pytest.mark.parametrize(("word", "status"), [("hello", "finished"), ("", "failed")])
+async def test_an_else_edge_is_taken_when_no_other_is(word: str, status: str) -> None:
+    session = Session(MemoryStore(), scenario={"nodes": {"report": [{"text": "ok"}]}})
+    try:
+        handle = await session.start(
+            it.compile_file(UPSTREAM / "else_edge.bot"), vars={"word": word}
+        )
+        assert await handle.wait(10) == status
+    finally:
+        await session.close()
+    drawn = subprocess.run(
+        [str(CLI), "graph", str(UPSTREAM / "else_edge.bot")], capture_output=True, text=True
+    )
+    assert '-->|"else"| n_fail' in drawn.stdout
+
+
+async def test_a_loop_shows_its_previous_output() -> None:
+    visits = [[{"output": {"text": f"v{n}", "good": n == 2}}] for n in range(3)]
+    handle, events = await run("loop_previous_output", {"nodes": {"writer": {"visits": visits}}})
+    assert handle.status == "finished", handle.error
+    asked = [repr(e.data["messages"]) for e in events if e.type == "llm_request"]
+    assert "Improve:  (pass 0)" in asked[0]  # nothing before the first pass
+    assert "Improve: v0 (pass 1)" in asked[1] and "Improve: v1 (pass 2)" in asked[2]
+
+
+async def test_run_values_are_what_the_run_consumed() -> None:
+    scenario = {"nodes": {"worker": [{"text": "done", "tokens": {"in": 30, "out": 12}}],
+                          "reporter": [{"text": "reported"}]}}  # fmt: skip
+    handle, events = await run("run_values", scenario)
+    assert handle.status == "finished", handle.error
+    assert handle.outputs["tally"] == {"tokens": 42, "cheap": True}
+    asked = next(e for e in events if e.type == "llm_request" and e.node_id == "reporter")
+    assert f"Run {handle.id} used 42 tokens." in repr(asked.data["messages"])
+
+
+async def test_backtick_strings_keep_their_backslashes() -> None:
+    handle, events = await run("raw_strings", {"nodes": {"pick": [{"text": "ok"}]}})
+    assert handle.status == "finished", handle.error
+    asked = next(e for e in events if e.type == "llm_request")
+    said = asked.data["messages"][0]["content"][0]["text"]
+    assert said == 'Search with grep -E "a\\.b" and report.'  # one backslash, as written
+
+
+async def test_a_human_node_s_system_prompt_and_an_llm_router_s_backend() -> None:
+    scenario = {"nodes": {"gate": [{"text": '{"approved": true}'}], "pick": [{"text": "ship"}],
+                          "ship": [{"text": "shipped"}]}}  # fmt: skip
+    handle, events = await run("human_system_router_backend", scenario)
+    assert handle.status == "finished", handle.error
+    assert handle.outputs["gate"] == {"approved": True}
+    asked = next(e for e in events if e.type == "llm_request" and e.node_id == "gate")
+    assert "You answer for the release manager." in asked.data["system"]
+    assert "ship" in handle.outputs and "hold" not in handle.outputs
+    wf = it.compile_file(UPSTREAM / "human_system_router_backend.bot")
+    assert wf.nodes["pick"].backend == "claw"  # type: ignore[union-attr]
