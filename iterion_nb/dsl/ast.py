@@ -23,6 +23,7 @@ NodeKeyword = Literal[
     "emit",
     "wait",
     "await_answers",
+    "fail",
 ]
 NODE_KEYWORDS: tuple[NodeKeyword, ...] = (
     "agent",
@@ -34,6 +35,7 @@ NODE_KEYWORDS: tuple[NodeKeyword, ...] = (
     "emit",
     "wait",
     "await_answers",
+    "fail",
 )
 
 

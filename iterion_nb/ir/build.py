@@ -60,6 +60,8 @@ class Draft:
     prompts: dict[str, m.Prompt] = field(default_factory=dict)
     schemas: dict[str, m.Schema] = field(default_factory=dict)
     vars: dict[str, m.Var] = field(default_factory=dict)
+    #: Typed ends (``fail NAME:``).
+    fails: dict[str, m.FailSpec] = field(default_factory=dict)
     #: For each node, the fields the `with` mappings of its incoming edges build, by source.
     mapped_into: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     nodes: dict[str, m.Node] = field(default_factory=dict)
@@ -179,14 +181,32 @@ class Builder:
                 decl.name_span,
             )
             return
-        if decl.name in self.draft.nodes:
+        if decl.name in self.draft.nodes or decl.name in self.draft.fails:
             self.diags.add("C041", f"node '{decl.name}' is declared twice", decl.name_span)
             return
         props = self._properties(decl)
+        if decl.kind == "fail":
+            self.draft.fails[decl.name] = self._fail(decl, props)
+            return
         builder = _NodeBuilder(self, decl, props)
         node = builder.build()
         self.draft.nodes[decl.name] = node
         self.draft.node_decls[decl.name] = decl
+
+    def _fail(self, decl: ast.NodeDecl, props: dict[str, ast.Property]) -> m.FailSpec:
+        """``fail NAME:``: a typed end (code, message template, resumable)."""
+        code = props.get("code")
+        message = props.get("message")
+        resumable = props.get("resumable")
+        template = self.read.template(message) if message is not None else None
+        if template is not None:
+            self.draft.templates.append(TemplateUse(template, None))
+        return m.FailSpec(
+            decl.name, decl.name_span,
+            code=self.read.name(code) if code is not None else None,
+            message=template,
+            resumable=bool(self.read.boolean(resumable)) if resumable is not None else False,
+        )  # fmt: skip
 
     def _properties(self, decl: ast.NodeDecl) -> dict[str, ast.Property]:
         allowed = ALLOWED[decl.kind]

@@ -103,6 +103,7 @@ def _analyze(text: str | bytes, name: str) -> CompileResult:
             source_hash=source_hash(source.text),
             env_names=tuple(sorted(env)),
             source=source.text,
+            fails=dict(draft.fails),
         )
     return CompileResult(source, tuple(diags.sorted()), workflow)
 

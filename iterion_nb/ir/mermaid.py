@@ -70,10 +70,11 @@ def to_mermaid(wf: m.Workflow) -> str:
     for node in wf.nodes.values():
         left, right = _SHAPES.get(node.kind, ("[", "]"))
         lines.append(f"  {_id(node.name)}{left}{_label(_node_label(node))}{right}")
-    used = {e.dst for e in wf.edges} & set(m.TERMINALS)
-    for terminal in m.TERMINALS:
+    ends = (*m.TERMINALS, *wf.fails)  # done, fail, and the typed ends (fail NAME:)
+    used = {e.dst for e in wf.edges} & set(ends)
+    for terminal in ends:
         if terminal in used:
-            lines.append(f"  {_id(terminal)}(({terminal}))")
+            lines.append(f"  {_id(terminal)}(({_label(_text(terminal))}))")
     for edge in wf.edges:
         arrow = "-.->" if edge.loop else "-->"
         label = edge_label(edge, wf.loops)

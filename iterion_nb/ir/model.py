@@ -223,6 +223,21 @@ class AwaitAnswersNode(NodeBase):
     from_node: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FailSpec:
+    """A typed end: ``fail NAME:`` with a code, a message and whether a resume may retry.
+
+    Reaching it ends the run like ``fail`` does, ``failed`` (or
+    ``failed_resumable`` when ``resumable``), with ``[code] message`` as its error.
+    """
+
+    name: str
+    span: Span
+    code: str | None = None
+    message: Template | None = None
+    resumable: bool = False
+
+
 Node = (
     AgentNode
     | RouterNode
@@ -308,6 +323,8 @@ class Workflow:
     source_hash: str
     env_names: tuple[str, ...] = ()
     source: str = field(default="", repr=False, compare=False)
+    #: Typed ends (``fail NAME:``), by name: edges may lead to them like to ``fail``.
+    fails: dict[str, FailSpec] = field(default_factory=dict)
     _out: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
     _in: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
 

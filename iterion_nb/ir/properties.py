@@ -42,6 +42,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "emit": ("event", "with", "await"),
     "wait": ("event", "timeout", "output", "publish", "await"),
     "await_answers": ("from", "timeout", "await"),
+    "fail": ("code", "message", "resumable"),
 }
 
 #: Router properties that only make sense when ``mode: llm``.

@@ -33,7 +33,7 @@ def _known_edges(draft: Draft, diags: Diagnostics) -> list[m.Edge]:
     good: list[m.Edge] = []
     for edge in draft.edges:
         ok = True
-        if edge.src in m.TERMINALS:
+        if edge.src in m.TERMINALS or edge.src in draft.fails:
             diags.add(
                 "C001", f"'{edge.src}' is a terminal and cannot have outgoing edges", edge.span
             )
@@ -42,8 +42,8 @@ def _known_edges(draft: Draft, diags: Diagnostics) -> list[m.Edge]:
             hint = did_you_mean(edge.src, draft.nodes)
             diags.add("C001", f"unknown node '{edge.src}' in edge{hint}", edge.span)
             ok = False
-        if edge.dst not in draft.nodes and edge.dst not in m.TERMINALS:
-            hint = did_you_mean(edge.dst, [*draft.nodes, *m.TERMINALS])
+        if edge.dst not in draft.nodes and edge.dst not in m.TERMINALS + tuple(draft.fails):
+            hint = did_you_mean(edge.dst, [*draft.nodes, *m.TERMINALS, *draft.fails])
             diags.add("C001", f"unknown node '{edge.dst}' in edge{hint}", edge.span)
             ok = False
         if ok:

@@ -254,6 +254,18 @@ class Engine:
         await asyncio.sleep(max(0.0, limit - self._elapsed_before - self._elapsed()))
         await self._exceeded("max_duration", limit, self._elapsed_before + self._elapsed())
 
+    def _typed_end(self, spec: m.FailSpec, f: Frontier) -> Outcome:
+        """How a run ends at ``fail NAME:``: its status, and ``[code] message`` as the error."""
+        message = f"the workflow reached '{spec.name}'"
+        if spec.message is not None:
+            scope = Scope(self.wf, self.state, self.run_id, f.input, self.elapsed_total())
+            try:
+                message = scope.render(spec.message)
+            except RenderError as err:
+                message = f"{message} ({err})"
+        error = f"[{spec.code}] {message}" if spec.code else message
+        return Outcome("failed_resumable" if spec.resumable else "failed", error)
+
     def _elapsed(self) -> float:
         return time.monotonic() - self._started
 
@@ -339,6 +351,17 @@ class Engine:
             if f.node == "fail":
                 await self._end_branch(f, "fail")
                 self.stop(Outcome("failed", "the workflow reached 'fail'"))
+                return
+            if f.node in self.wf.fails:
+                spec = self.wf.fails[f.node]
+                outcome = self._typed_end(spec, f)
+                if spec.resumable and f.came_from in self.wf.nodes:
+                    # a resume runs the node that led here again, from its own input
+                    again = Frontier(f.branch, f.came_from, f.retry_input, list(f.groups))
+                    self.state.frontier[f.branch] = again
+                else:
+                    await self._end_branch(f, "fail")
+                self.stop(outcome)
                 return
             node = self.wf.nodes[f.node]
             if node.await_mode is not None and f.groups and not f.joined:
@@ -540,6 +563,7 @@ class Engine:
                     list(f.groups),
                     came_from=node.name,
                     mapped=bool(edge.mapping),
+                    retry_input=f.input if edge.dst in self.wf.fails else None,
                 )
             )
         return nexts

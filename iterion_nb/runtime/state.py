@@ -34,6 +34,9 @@ class Frontier:
     came_from: str | None = None
     mapped: bool = False
     joined: bool = False
+    #: On the way to a resumable ``fail NAME:``, the source's own input: a resume
+    #: runs the source again from it.
+    retry_input: Any = None
 
 
 @dataclass

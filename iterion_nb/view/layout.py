@@ -173,7 +173,7 @@ def graph_layout(wf: m.Workflow) -> dict[str, Any]:
     up a lane to the right side of their target).
     """
     names = list(wf.nodes)
-    terminals = [t for t in m.TERMINALS if any(e.dst == t for e in wf.edges)]
+    terminals = [t for t in (*m.TERMINALS, *wf.fails) if any(e.dst == t for e in wf.edges)]
     names += terminals
     kinds = {n: getattr(wf.nodes[n], "kind", "node") for n in wf.nodes}
     kinds.update(dict.fromkeys(terminals, "terminal"))

@@ -179,3 +179,52 @@ async def test_a_human_node_s_system_prompt_and_an_llm_router_s_backend() -> Non
     assert "ship" in handle.outputs and "hold" not in handle.outputs
     wf = it.compile_file(UPSTREAM / "human_system_router_backend.bot")
     assert wf.nodes["pick"].backend == "claw"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("output", "status", "error"),
+    [
+        ({"ok": False, "flaky": False, "reason": "link error"}, "failed",
+         "[BUILD_BROKEN] the build is broken: link error"),
+        ({"ok": False, "flaky": True, "reason": ""}, "failed_resumable",
+         "[FLAKY] a flaky check; resume to try again"),
+        ({"ok": True, "flaky": False, "reason": ""}, "finished", None),
+    ],
+)  # fmt: skip
+async def test_a_typed_fail_ends_the_run_with_its_code_and_message(
+    output: dict[str, Any], status: str, error: str | None
+) -> None:
+    handle, events = await run("typed_fail", {"nodes": {"check": [{"output": output}]}})
+    assert (handle.status, handle.error) == (status, error)
+    if error:
+        assert [e.data["error"] for e in events if e.type == "run_failed"] == [error]
+
+
+def test_nothing_leaves_a_typed_fail() -> None:
+    source = (
+        (UPSTREAM / "typed_fail.bot")
+        .read_text()
+        .replace("  check -> broken else\n", "  check -> broken else\n  broken -> done\n")
+    )
+    found = [(d.code, d.message) for d in analyze(source, "x.bot").diagnostics]
+    assert ("C001", "'broken' is a terminal and cannot have outgoing edges") in found
+    drawn = subprocess.run(
+        [str(CLI), "graph", str(UPSTREAM / "typed_fail.bot")], capture_output=True, text=True
+    )
+    assert 'n_broken(("broken"))' in drawn.stdout
+
+
+async def test_resuming_a_resumable_typed_fail_runs_its_source_again() -> None:
+    visits = [[{"output": {"ok": False, "flaky": True, "reason": ""}}],
+              [{"output": {"ok": True, "flaky": False, "reason": ""}}]]  # fmt: skip
+    session = Session(MemoryStore(), scenario={"nodes": {"check": {"visits": visits}}})
+    try:
+        handle = await session.start(it.compile_file(UPSTREAM / "typed_fail.bot"))
+        assert await handle.wait(10) == "failed_resumable"
+        again = await session.resume(handle.id)
+        assert await again.wait(10) == "finished", again.error
+        assert again.outputs["check"]["ok"] is True  # the check ran again, and passed
+        started = [e for e in await again.events() if e.type == "node_started"]
+        assert [e.node_id for e in started] == ["check", "check"]
+    finally:
+        await session.close()
