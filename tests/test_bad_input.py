@@ -145,9 +145,9 @@ CRASHERS: dict[str, tuple[str, str]] = {
         "C302",
     ),
     "huge budget max_duration": (BUDGET.format(f'max_duration: "{BIG}h"'), "C302"),
-    "infinite timeout": (TOOL.format('"inf"'), "C055"),
-    "not-a-number timeout": (TOOL.format('"nan"'), "C055"),
-    "exponent timeout": (TOOL.format('"1e9"'), "C055"),
+    "infinite timeout": (TOOL.format('"inf"'), "C355"),
+    "not-a-number timeout": (TOOL.format('"nan"'), "C355"),
+    "exponent timeout": (TOOL.format('"1e9"'), "C355"),
 }
 
 
@@ -184,8 +184,8 @@ def test_numbers_at_the_limit_are_accepted() -> None:
 #: Inputs that a regex or a scan made quadratic, each at a size where that took
 #: minutes; linear, they take a few milliseconds, so the bound is generous.
 SLOW_SHAPES: dict[str, tuple[str, str]] = {
-    "'${' without '}' many times": ("prompt p:\n  " + "${" * 200_000 + "\n", "C059"),
-    "a long number before a wrong unit": (TOOL.format('"' + "9" * 200_000 + 'x"'), "C055"),
+    "'${' without '}' many times": ("prompt p:\n  " + "${" * 200_000 + "\n", "C359"),
+    "a long number before a wrong unit": (TOOL.format('"' + "9" * 200_000 + 'x"'), "C355"),
     "a long number in a duration": (TOOL.format('"' + "1" * 200_000 + 's"'), "C302"),
     "'{{' without '}}' many times": ("prompt p:\n  " + "{{" * 100_000 + "\n", "S004"),
     "a deep expression": (EXPR.format("(" * 1_000_000), "C300"),

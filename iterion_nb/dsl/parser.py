@@ -214,7 +214,7 @@ class Parser:
         self._advance()  # the ':'
         version = self._expect(TokenKind.NUMBER, "the language version after 'dsl:' (1 or 2)")
         if self._dsl is not None:
-            self.diags.add("C058", "'dsl:' is given twice", head.span)
+            self.diags.add("C358", "'dsl:' is given twice", head.span)
         elif version.text not in SUPPORTED_DSL:
             self.diags.add(
                 "S009",

@@ -132,7 +132,7 @@ class Builder:
             spec = self.read.type_spec(f.type) or m.TypeSpec("json")
             if f.enum and (spec.name != "string"):
                 self.diags.add(
-                    "C052", f"enum values need a string field; '{f.name}' is {spec}", f.type.span
+                    "C352", f"enum values need a string field; '{f.name}' is {spec}", f.type.span
                 )
             fields[f.name] = m.Field(f.name, spec, tuple(e.text for e in f.enum), f.span)
         self.draft.schemas[decl.name] = m.Schema(decl.name, fields, decl.span)
@@ -161,7 +161,7 @@ class Builder:
                     ok, data = _coerce_env_default(data, spec)
                 if not ok or not matches_type(data, spec):
                     self.diags.add(
-                        "C057",
+                        "C357",
                         f"default of '{var.name}' does not match its type {spec}",
                         var.default.span,
                     )
@@ -170,7 +170,7 @@ class Builder:
             self.draft.vars[var.name] = m.Var(var.name, spec, has_default, default, var.span)
 
     def _twice(self, what: str, name: str, span: Span) -> None:
-        self.diags.add("C058", f"{what} '{name}' is declared twice", span)
+        self.diags.add("C358", f"{what} '{name}' is declared twice", span)
 
     # -- nodes ---------------------------------------------------------------
     def _node(self, decl: ast.NodeDecl) -> None:
@@ -214,14 +214,14 @@ class Builder:
         for prop in decl.properties:
             if prop.name not in allowed:
                 self.diags.add(
-                    "C050",
+                    "C350",
                     f"{decl.kind} nodes have no property '{prop.name}'"
                     f"{did_you_mean(prop.name, allowed)} (allowed: {', '.join(allowed)})",
                     prop.name_span,
                 )
                 continue
             if prop.name in props:
-                self.diags.add("C051", f"'{prop.name}' is given twice", prop.name_span)
+                self.diags.add("C351", f"'{prop.name}' is given twice", prop.name_span)
                 continue
             props[prop.name] = prop
         return props
@@ -288,13 +288,13 @@ class Builder:
         for prop in wf.properties:
             if prop.name not in WORKFLOW_PROPERTIES:
                 self.diags.add(
-                    "C050",
+                    "C350",
                     f"workflows have no property '{prop.name}' (allowed: vars,"
                     f" {', '.join(WORKFLOW_PROPERTIES)}, and edges)",
                     prop.name_span,
                 )
             elif prop.name in props:
-                self.diags.add("C051", f"'{prop.name}' is given twice", prop.name_span)
+                self.diags.add("C351", f"'{prop.name}' is given twice", prop.name_span)
             else:
                 props[prop.name] = prop
         self._entry(wf, props.get("entry"))
@@ -321,14 +321,14 @@ class Builder:
     def _budget(self, prop: ast.Property) -> m.Budget:
         block = prop.value
         if not isinstance(block, ast.BlockValue):
-            self.diags.add("C052", "'budget' expects an indented block of limits", block.span)
+            self.diags.add("C352", "'budget' expects an indented block of limits", block.span)
             return m.Budget()
         values: dict[str, float | int | None] = {}
         for entry in block.entries:
             name = entry.name
             if name not in BUDGET_PROPERTIES:
                 self.diags.add(
-                    "C050",
+                    "C350",
                     f"budgets have no limit '{name}' (allowed: {', '.join(BUDGET_PROPERTIES)})",
                     entry.name_span,
                 )
@@ -393,12 +393,12 @@ class Builder:
         seen: set[str] = set()
         for entry in value.entries:
             if entry.key in seen:
-                self.diags.add("C051", f"key '{entry.key}' is given twice", entry.key_span)
+                self.diags.add("C351", f"key '{entry.key}' is given twice", entry.key_span)
                 continue
             seen.add(entry.key)
             if not isinstance(entry.value, ast.StringValue):
                 self.diags.add(
-                    "C052", f"'{entry.key}' expects a quoted template string", entry.value.span
+                    "C352", f"'{entry.key}' expects a quoted template string", entry.value.span
                 )
                 continue
             template = string_template(entry.value, self.diags)
@@ -415,7 +415,7 @@ class Builder:
             self.diags.add("C301", f"loop '{decl.name}': {err}", decl.bound.span)
         except ValueError:
             self.diags.add(
-                "C052", f"loop bound must be a whole number, found {shorten(text)}", decl.bound.span
+                "C352", f"loop bound must be a whole number, found {shorten(text)}", decl.bound.span
             )
         if bound is None:
             pass
@@ -528,7 +528,7 @@ class _NodeBuilder:
         mode = None
         if mode_prop is None:
             self.diags.add(
-                "C053",
+                "C353",
                 f"router '{self.decl.name}' needs 'mode:' (fan_out_all, condition,"
                 " round_robin or llm)",
                 self.decl.name_span,
@@ -586,7 +586,7 @@ class _NodeBuilder:
         prop = self._get("expires_in")
         seconds = cast("float | None", self._opt("expires_in", "duration"))
         if prop is not None and seconds is not None and seconds <= 0:
-            self.diags.add("C243", "'expires_in' must be a positive duration", prop.value.span)
+            self.diags.add("C361", "'expires_in' must be a positive duration", prop.value.span)
             return None
         return seconds
 
@@ -597,7 +597,7 @@ class _NodeBuilder:
             return m.OnExpire()
         if self._get("expires_in") is None:
             self.diags.add(
-                "C243",
+                "C361",
                 f"'on_expire' on human '{self.decl.name}' needs 'expires_in:' (a question"
                 " that never expires never gets there)",
                 prop.name_span,
@@ -610,14 +610,14 @@ class _NodeBuilder:
             if ok:
                 return m.OnExpire("default", answer)
             self.diags.add(
-                "C052",
+                "C352",
                 "default(...) takes a plain answer: a string, number, true/false, or a"
                 " list or map of those",
                 value.args[0].span,
             )
             return m.OnExpire("fail")
         self.diags.add(
-            "C054",
+            "C354",
             f"'on_expire' must be fail or default(<answer>); found {describe(value)}",
             value.span,
         )
@@ -626,7 +626,7 @@ class _NodeBuilder:
     def _tool(self) -> m.ToolNode:
         command = self._template("command")
         if self._get("command") is None:
-            self.diags.add("C053", f"tool '{self.decl.name}' needs 'command:'", self.decl.name_span)
+            self.diags.add("C353", f"tool '{self.decl.name}' needs 'command:'", self.decl.name_span)
         if command is not None:
             self.b.draft.templates.append(TemplateUse(command, self.decl.name))
         return m.ToolNode(
@@ -643,7 +643,7 @@ class _NodeBuilder:
         prop = self._get("expr")
         if prop is not None and not isinstance(prop.value, ast.BlockValue):
             self.diags.add(
-                "C052",
+                "C352",
                 "'expr' expects an indented block of field: \"expression\" lines",
                 prop.value.span,
             )
@@ -671,12 +671,12 @@ class _NodeBuilder:
         seen: set[str] = set()
         for line in block.entries:
             if line.name in seen:
-                self.diags.add("C051", f"'{line.name}' is computed twice", line.name_span)
+                self.diags.add("C351", f"'{line.name}' is computed twice", line.name_span)
                 continue
             seen.add(line.name)
             value = line.value
             if not isinstance(value, ast.StringValue):
-                self.diags.add("C052", f"'{line.name}' expects a quoted expression", value.span)
+                self.diags.add("C352", f"'{line.name}' expects a quoted expression", value.span)
                 continue
             start = Span.point(value.span.line, value.span.column + 1)
             expr = self.b.expression(value.text, start, self.decl.name, "input")
@@ -702,7 +702,7 @@ class _NodeBuilder:
             if isinstance(prop.value, ast.MapValue):
                 payload = self.b.mapping(prop.value, self.decl.name)
             else:
-                self.diags.add("C052", "'with' expects { key: \"template\", ... }", prop.value.span)
+                self.diags.add("C352", "'with' expects { key: \"template\", ... }", prop.value.span)
         return m.EmitNode(*self._base(), event=self._event(), payload=tuple(payload))
 
     def _timeout(self, code: str, example: str) -> float:

@@ -1,4 +1,4 @@
-"""C060: where the branches of one ``fan_out_all`` router meet, the node must declare ``await:``.
+"""C360: where the branches of one ``fan_out_all`` router meet, the node must declare ``await:``.
 
 A branch is followed over non-loop edges from one of the router's
 successors until a node that declares ``await:`` (where it ends), never
@@ -42,7 +42,7 @@ def check_joins(
     pred: dict[str, list[str]],
     diags: Diagnostics,
 ) -> None:
-    """Report C060 at every first meeting point of a fan-out's branches.
+    """Report C360 at every first meeting point of a fan-out's branches.
 
     Args:
         draft: The workflow being checked.
@@ -143,7 +143,7 @@ def _topological(draft: Draft, succ: dict[str, list[str]]) -> list[str] | None:
 
 def _report(router: str, node: m.Node, diags: Diagnostics) -> None:
     diags.add(
-        "C060",
+        "C360",
         f"parallel branches of '{router}' meet at '{node.name}', which does not"
         " declare 'await: wait_all' or 'await: best_effort'",
         node.span,

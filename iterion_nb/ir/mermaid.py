@@ -74,7 +74,8 @@ def to_mermaid(wf: m.Workflow) -> str:
     used = {e.dst for e in wf.edges} & set(ends)
     for terminal in ends:
         if terminal in used:
-            lines.append(f"  {_id(terminal)}(({_label(_text(terminal))}))")
+            label = terminal if terminal in m.TERMINALS else _label(_text(terminal))
+            lines.append(f"  {_id(terminal)}(({label}))")
     for edge in wf.edges:
         arrow = "-.->" if edge.loop else "-->"
         label = edge_label(edge, wf.loops)

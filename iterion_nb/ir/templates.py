@@ -165,7 +165,7 @@ def _text_with_env(
         end = text.find("}", start + 2)
         if end < 0:
             diags.add(
-                "C059",
+                "C359",
                 "unterminated environment reference: '${' has no closing '}'",
                 Span.point(line, column + start, 2),
             )
@@ -177,7 +177,7 @@ def _text_with_env(
         name, sep, default = body.partition(":-")
         if not _ENV_NAME.match(name):
             diags.add(
-                "C059",
+                "C359",
                 f"bad environment reference '${{{shorten(body)}}}': expected ${{NAME}} or"
                 " ${NAME:-default}",
                 span,

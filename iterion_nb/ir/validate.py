@@ -327,7 +327,7 @@ def _check_reach(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None:
 
 
 def _check_joins(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None:
-    """C060 (see :mod:`iterion_nb.ir.joins`), over the non-loop edges."""
+    """C360 (see :mod:`iterion_nb.ir.joins`), over the non-loop edges."""
     pred: dict[str, list[str]] = {}
     for edge in edges:
         if edge.loop is None:

@@ -88,7 +88,7 @@ class ValueReader:
         value = prop.value
         word = value.name if isinstance(value, ast.IdentValue) else ""
         self.diags.add(
-            "C052",
+            "C352",
             f"'{prop.name}' expects {expected}, found {describe(value)}{did_you_mean(word, known)}",
             value.span,
         )
@@ -103,7 +103,7 @@ class ValueReader:
         self._wrong(prop, "a name")
         return None
 
-    def choice(self, prop: ast.Property, allowed: Iterable[str], code: str = "C054") -> str | None:
+    def choice(self, prop: ast.Property, allowed: Iterable[str], code: str = "C354") -> str | None:
         """One of ``allowed``."""
         options = tuple(allowed)
         word = self.name(prop)
@@ -119,7 +119,7 @@ class ValueReader:
             return None
         return word
 
-    def integer(self, prop: ast.Property, minimum: int = 1, code: str = "C052") -> int | None:
+    def integer(self, prop: ast.Property, minimum: int = 1, code: str = "C352") -> int | None:
         """A whole number no smaller than ``minimum`` nor larger than the limit (C301)."""
         value = prop.value
         try:
@@ -168,13 +168,13 @@ class ValueReader:
         return None
 
     def duration(self, prop: ast.Property) -> float | None:
-        """A duration such as ``"30m"``; None after C055 (not one) or C302 (too long)."""
+        """A duration such as ``"30m"``; None after C355 (not one) or C302 (too long)."""
         value = prop.value
         text = value.text if isinstance(value, ast.StringValue | ast.NumberValue) else None
         seconds = parse_duration(text) if text is not None else None
         if seconds is None:
             self.diags.add(
-                "C055",
+                "C355",
                 f'\'{prop.name}\' expects a duration such as "30s", "10m" or "1h30m",'
                 f" found {describe(value)}",
                 value.span,
@@ -208,11 +208,11 @@ class ValueReader:
         return tuple(out)
 
     def type_spec(self, ref: ast.TypeRef) -> TypeSpec | None:
-        """A declared type; unknown names get C056."""
+        """A declared type; unknown names get C356."""
         if ref.name not in SCALAR_TYPES:
             hint = did_you_mean(ref.name, SCALAR_TYPES)
             self.diags.add(
-                "C056",
+                "C356",
                 f"unknown type '{ref.name}'"
                 f"{hint or '; expected one of ' + ', '.join(SCALAR_TYPES)} (add [] for a list)",
                 ref.span,

@@ -213,7 +213,7 @@ def test_a_missing_await_is_reported_once_at_the_meeting_point() -> None:
     result = it.analyze(
         JOINS.replace("agent merge:\n  await: wait_all", 'agent merge:\n  model: "scripted"')
     )
-    assert [(d.code, d.line) for d in result.diagnostics] == [("C060", 22)]
+    assert [(d.code, d.line) for d in result.diagnostics] == [("C360", 22)]
 
 
 @pytest.mark.parametrize(("fixture", "code"), [("C241_ok.iter", "C241"), ("C197_ok.iter", "C197")])

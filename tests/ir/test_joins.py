@@ -1,4 +1,4 @@
-"""C060 in linear time: the one-pass check finds exactly what the branch-by-branch search finds."""
+"""C360 in linear time: the one-pass check finds exactly what the branch-by-branch search finds."""
 
 from __future__ import annotations
 

@@ -43,4 +43,4 @@ def test_malformed_and_unterminated() -> None:
 
 def test_bad_env_reference() -> None:
     _, diags = parse("${} and ${OPEN")
-    assert [d.code for d in diags] == ["C059", "C059"]
+    assert [d.code for d in diags] == ["C359", "C359"]

@@ -106,7 +106,7 @@ def test_a_variable_declared_twice_at_one_level_is_still_an_error() -> None:
     source = (UPSTREAM / "workflow_vars_win.bot").read_text()
     twice = source.replace("  cups: int = 2\n", '  cups: int = 2\n  topic: string = "tea"\n')
     found = [(d.code, d.message) for d in analyze(twice, "w.bot").diagnostics]
-    assert found == [("C058", "variable 'topic' is declared twice")]
+    assert found == [("C358", "variable 'topic' is declared twice")]
 
 
 def test_dsl_versions_it_does_not_read_are_named() -> None:

@@ -84,9 +84,9 @@ def test_diagnostics_are_a_table_with_line_numbers_not_a_traceback(
     result = run(shell, "%%iterion broken\n" + broken)
     out, err = capsys.readouterr()
     assert not result.success
-    assert "line:col" in out and "C052" in out and "C008" in out
+    assert "line:col" in out and "C352" in out and "C008" in out
     # numbered as the editor shows the cell: the %%iterion line is line 1
-    (row,) = [line for line in out.splitlines() if "C052" in line]
+    (row,) = [line for line in out.splitlines() if "C352" in line]
     assert row.startswith("9:10 ") and row.endswith("model: 1")
     lines = ("%%iterion broken\n" + broken).splitlines()
     assert lines[9 - 1].strip() == "model: 1"
