@@ -53,6 +53,7 @@ def add_commands(sub: Any) -> None:
     run.add_argument("file")
     run.add_argument("--var", action="append", default=[], metavar="K=V")
     run.add_argument("--scenario", help="the scripted model's scenario (YAML or JSON)")
+    run.add_argument("--preset", help="start from one of the workflow's presets: (--var wins)")
     run.add_argument(
         "--answers", metavar="FILE",
         help="answer matching questions from this file (written by `runs answers --export`)",
@@ -353,7 +354,7 @@ async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
             variables = dict(_pair(v) for v in args.var)
             handle = await session.start(
                 compile_file(Path(args.file)), vars=variables,
-                answers=args.answers, answers_from=args.answers_from,
+                answers=args.answers, answers_from=args.answers_from, preset=args.preset,
             )  # fmt: skip
         else:
             handle = await session.resume(args.run_id, force=args.force, scenario=args.scenario)

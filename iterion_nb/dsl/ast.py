@@ -249,7 +249,15 @@ class WorkflowDecl:
     span: Span
 
 
-Declaration = VarsDecl | PromptDecl | SchemaDecl | NodeDecl | WorkflowDecl
+@dataclass(frozen=True, slots=True)
+class PresetsDecl:
+    """``presets:``: named sets of variable values, one of which a run may start with."""
+
+    presets: tuple[Property, ...]
+    span: Span
+
+
+Declaration = VarsDecl | PromptDecl | SchemaDecl | NodeDecl | WorkflowDecl | PresetsDecl
 
 
 @dataclass(frozen=True, slots=True)

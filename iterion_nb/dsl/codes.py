@@ -85,6 +85,9 @@ CODES: dict[str, CodeInfo] = {
     "C359": CodeInfo(_E, "bad environment reference"),
     "C360": CodeInfo(_E, "parallel branches meet at a node without await"),
     # events
+    "C070": CodeInfo(_E, "preset sets an unknown variable"),
+    "C071": CodeInfo(_E, "preset value of the wrong type"),
+    "C072": CodeInfo(_E, "preset declared twice"),
     "C196": CodeInfo(_E, "emit or wait without event"),
     "C197": CodeInfo(_E, "wait without timeout"),
     "C198": CodeInfo(_W, "event nobody emits, or nobody waits for"),

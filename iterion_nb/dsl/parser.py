@@ -21,7 +21,7 @@ from iterion_nb.dsl.tokens import Token, TokenKind
 
 T = TypeVar("T")
 
-_DECL_KEYWORDS = ("vars", "prompt", "schema", "workflow", *ast.NODE_KEYWORDS)
+_DECL_KEYWORDS = ("vars", "presets", "prompt", "schema", "workflow", *ast.NODE_KEYWORDS)
 #: The ``dsl: N`` versions this parser reads: upstream iterion's 1 and 2 mean the same here.
 SUPPORTED_DSL = ("1", "2")
 
@@ -245,6 +245,10 @@ class Parser:
         self._advance()
         if head.text == "vars":
             return self._vars_block(head)
+        if head.text == "presets":
+            self._expect(TokenKind.COLON, "':' after 'presets'")
+            entries = self._block(self._property, head)
+            return ast.PresetsDecl(tuple(entries), head.span.to(self._prev_span()))
         name = self._expect_ident(f"a name after '{head.text}'")
         self._expect(TokenKind.COLON, f"':' after '{head.text} {name.text}'")
         if head.text == "prompt":

@@ -62,6 +62,8 @@ class Draft:
     vars: dict[str, m.Var] = field(default_factory=dict)
     #: Typed ends (``fail NAME:``).
     fails: dict[str, m.FailSpec] = field(default_factory=dict)
+    #: ``presets:``: variable values by preset name.
+    presets: dict[str, dict[str, object]] = field(default_factory=dict)
     #: For each node, the fields the `with` mappings of its incoming edges build, by source.
     mapped_into: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     nodes: dict[str, m.Node] = field(default_factory=dict)
@@ -108,6 +110,8 @@ class Builder:
         for decl in decls:
             if isinstance(decl, ast.NodeDecl):
                 self._node(decl)
+            elif isinstance(decl, ast.PresetsDecl):
+                self._presets(decl)
         self._workflow(module)
         return self.draft
 
@@ -168,6 +172,45 @@ class Builder:
                 else:
                     has_default, default = True, data
             self.draft.vars[var.name] = m.Var(var.name, spec, has_default, default, var.span)
+
+    def _presets(self, decl: ast.PresetsDecl) -> None:
+        """``presets:``: each a block of ``var: value`` lines, for declared variables."""
+        for preset in decl.presets:
+            if preset.name in self.draft.presets:
+                self.diags.add(
+                    "C072", f"preset '{preset.name}' is declared twice", preset.name_span
+                )
+                continue
+            if not isinstance(preset.value, ast.BlockValue):
+                self.diags.add(
+                    "C352",
+                    f"preset '{preset.name}' expects an indented block of variable: value lines",
+                    preset.value.span,
+                )
+                continue
+            values: dict[str, object] = {}
+            for entry in preset.value.entries:
+                var = self.draft.vars.get(entry.name)
+                if var is None:
+                    hint = did_you_mean(entry.name, self.draft.vars)
+                    self.diags.add(
+                        "C070",
+                        f"preset '{preset.name}' sets '{entry.name}', which is not a declared"
+                        f" variable{hint}",
+                        entry.name_span,
+                    )
+                    continue
+                ok, value = literal(entry.value)
+                if not ok or not matches_type(value, var.type):
+                    self.diags.add(
+                        "C071",
+                        f"preset '{preset.name}': '{entry.name}' is {var.type}, not"
+                        f" {describe(entry.value)}",
+                        entry.value.span,
+                    )
+                    continue
+                values[entry.name] = value
+            self.draft.presets[preset.name] = values
 
     def _twice(self, what: str, name: str, span: Span) -> None:
         self.diags.add("C358", f"{what} '{name}' is declared twice", span)

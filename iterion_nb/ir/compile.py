@@ -104,6 +104,7 @@ def _analyze(text: str | bytes, name: str) -> CompileResult:
             env_names=tuple(sorted(env)),
             source=source.text,
             fails=dict(draft.fails),
+            presets=dict(draft.presets),
         )
     return CompileResult(source, tuple(diags.sorted()), workflow)
 

@@ -325,6 +325,8 @@ class Workflow:
     source: str = field(default="", repr=False, compare=False)
     #: Typed ends (``fail NAME:``), by name: edges may lead to them like to ``fail``.
     fails: dict[str, FailSpec] = field(default_factory=dict)
+    #: Named sets of variable values (``presets:``), chosen when a run starts.
+    presets: dict[str, dict[str, object]] = field(default_factory=dict)
     _out: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
     _in: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
 

@@ -31,7 +31,7 @@ from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, in
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.records import Run
-from iterion_nb.runtime.values import resolve_vars
+from iterion_nb.runtime.values import preset_values, resolve_vars
 from iterion_nb.session import Session
 from iterion_nb.session.launch import answers_yaml, read_answers
 from iterion_nb.store.location import is_store_url, resolve_store_path, store_url
@@ -67,6 +67,7 @@ def _cell_parser() -> _Parser:
     p.add_argument("--scenario", metavar="EXPR", help="a scenario dict or file path (Python)")
     p.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: the workflow's)")
     p.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
+    p.add_argument("--preset", help="start from one of the workflow's presets: (--var wins)")
     p.add_argument("--answers", metavar="FILE", help="pinned answers (runs answers --export)")
     p.add_argument("--answers-from", metavar="RUN", help="pin the answers run RUN got")
     return p
@@ -230,7 +231,7 @@ class IterionMagics(Magics):
         if not args.run:
             return self._awaitable(_nothing())
         try:
-            values = resolve_vars(wf, given)
+            values = resolve_vars(wf, {**preset_values(wf, args.preset), **given})
         except IterionError as err:
             raise UsageError(f"%%iterion: {err}") from None
         scenario = self._scenario(args.scenario)

@@ -73,6 +73,20 @@ def _coerce(name: str, raw: Any, spec: m.TypeSpec) -> Any:
     return raw
 
 
+def preset_values(wf: m.Workflow, preset: str | None) -> dict[str, Any]:
+    """The variable values of one of the workflow's ``presets:`` (none for None).
+
+    Raises:
+        VarsError: The workflow has no preset of that name (the message lists them).
+    """
+    if preset is None:
+        return {}
+    if preset not in wf.presets:
+        known = ", ".join(wf.presets) or "none"
+        raise VarsError(f"no preset '{preset}' in workflow '{wf.name}' (presets: {known})")
+    return dict(wf.presets[preset])
+
+
 def resolve_vars(wf: m.Workflow, given: dict[str, Any] | None) -> dict[str, Any]:
     """The run's variables: defaults, overridden by ``given``, all type-checked.
 

@@ -32,7 +32,7 @@ from iterion_nb.runtime.ports import Backend, Store
 from iterion_nb.runtime.records import Run as RunRecord
 from iterion_nb.runtime.records import RunStatus, utcnow
 from iterion_nb.runtime.state import Frontier, RunState
-from iterion_nb.runtime.values import resolve_vars
+from iterion_nb.runtime.values import preset_values, resolve_vars
 from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, DaskExecutor
 from iterion_nb.session.handle import RunHandle
 from iterion_nb.session.launch import (
@@ -144,6 +144,7 @@ class Session:
         backend: str | None = None,
         answers: Answers | None = None,
         answers_from: str | None = None,
+        preset: str | None = None,
     ) -> RunHandle:
         """Start a run as a background task, owned by this session; return its handle at once.
 
@@ -153,17 +154,21 @@ class Session:
         writes, or its content); ``answers_from`` pins the answers another run of
         this store got. A question whose node, text and options match a pin is
         answered at once (``answered_by: "replay"``, the k-th ask of one question
-        by its k-th answer); the others are asked as usual.
+        by its k-th answer); the others are asked as usual. ``preset`` starts from
+        the variable values of one of the workflow's ``presets:`` (``vars`` given
+        here win over it).
 
         Raises:
             VarsError: A variable is missing, unknown or of the wrong type
                 (nothing is recorded).
         """
         wf, text = workflow_of(workflow, source)
-        values = resolve_vars(wf, vars)
+        values = resolve_vars(wf, {**preset_values(wf, preset), **(vars or {})})
         launch: dict[str, Any] = {}
         if backend is not None:
             launch["backend"] = backend
+        if preset is not None:
+            launch["preset"] = preset
         if self.executor is not None:
             launch["executor"] = EXECUTOR
             launch["workdir"] = str(self.workdir.absolute())

@@ -7,6 +7,7 @@ the scripted model, and behaves as upstream documents.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 import iterion_nb as it
+from iterion_nb.errors import VarsError
 from iterion_nb.ir import analyze
 from iterion_nb.session import RunHandle, Session
 from iterion_nb.store import MemoryStore
@@ -228,3 +230,34 @@ async def test_resuming_a_resumable_typed_fail_runs_its_source_again() -> None:
         assert [e.node_id for e in started] == ["check", "check"]
     finally:
         await session.close()
+
+
+async def test_a_run_starts_from_a_preset_and_given_vars_win() -> None:
+    wf = it.compile_file(UPSTREAM / "presets.bot")
+    assert wf.presets == {"quick": {"rounds": 1}, "friendly": {"rounds": 2, "tone": "casual"}}
+    session = Session(MemoryStore(), scenario={"nodes": {"writer": [{"text": "ok"}]}})
+    try:
+        plain = await session.start(wf)
+        friendly = await session.start(wf, preset="friendly")
+        mixed = await session.start(wf, preset="friendly", vars={"rounds": 9})
+        got = [(await r.refresh()).vars for r in (plain, friendly, mixed)]
+        assert got == [{"rounds": 3, "tone": "formal"}, {"rounds": 2, "tone": "casual"},
+                       {"rounds": 9, "tone": "casual"}]  # fmt: skip
+        assert (await friendly.refresh()).launch["preset"] == "friendly"
+        with pytest.raises(VarsError, match=r"no preset 'nope' .* \(presets: quick, friendly\)"):
+            await session.start(wf, preset="nope")
+    finally:
+        await session.close()
+
+
+def test_the_cli_takes_a_preset(tmp_path: Path) -> None:
+    (tmp_path / "sc.yaml").write_text("nodes:\n  writer: [{text: ok}]\n")
+    base = [str(CLI), "run", str(UPSTREAM / "presets.bot"), "--scenario", "sc.yaml", "--json"]
+    done = subprocess.run([*base, "--preset", "quick"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["vars"] == {"rounds": 1, "tone": "formal"}
+    bad = subprocess.run([*base, "--preset", "nope"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "no preset 'nope' in workflow 'presets' (presets: quick, friendly)" in bad.stderr

@@ -479,3 +479,18 @@ def test_pinned_answers_through_the_magics(
     _, err = capsys.readouterr()
     assert not result.success and err.count("\n") == 1 and err.startswith("UsageError:"), err
     assert "bad.yaml: answer 1: 'question' must be a non-empty string" in err
+
+
+def test_a_cell_run_takes_a_preset(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    presets = 'presets:\n  tea:\n    topic: "tea"\n\n'
+    cell = "%%iterion --run --preset tea --scenario scenario --store $store\n" + presets + WORKFLOW
+    handle = ok(shell, cell)
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    assert ok(shell, "(await r.refresh()).vars") == {"topic": "tea"}
+    result = run(shell, "%%iterion --run --preset coffee --store $store\n" + presets + WORKFLOW)
+    _, err = capsys.readouterr()
+    assert not result.success and err.startswith("UsageError:") and err.count("\n") == 1
+    assert "no preset 'coffee' in workflow 'notes' (presets: tea)" in err
