@@ -101,6 +101,8 @@ class Session:
         self.answers = AnswerService(self.store, self)
         self._tasks: dict[str, asyncio.Task[RunStatus]] = {}
         self._engines: dict[str, Engine] = {}
+        #: Runs a resume of this session is taking over right now (not yet launched).
+        self._resuming: set[str] = set()
         self._parked: dict[str, asyncio.Task[None]] = {}
         #: Tracebacks of runs whose driving task failed unexpectedly, by run id.
         self.failures: dict[str, str] = {}
@@ -223,6 +225,20 @@ class Session:
         takes a run queued for it with ``take_from`` (the queue's claimant).
         """
         self.serve()
+        if run_id in self._resuming:  # two resumes at once here (an answer, the parked watcher)
+            raise RunOwnedError(run_id, self.claimant.pid, self.claimant.host, utcnow())
+        self._resuming.add(run_id)
+        try:
+            return await self._resume(
+                run_id, answers, workflow, force, answered_by, scenario, take_from
+            )
+        finally:
+            self._resuming.discard(run_id)
+
+    async def _resume(
+        self, run_id: str, answers: dict[str, Any] | None, workflow: m.Workflow | str | None,
+        force: bool, answered_by: str, scenario: Scenario | None, take_from: str | None,
+    ) -> RunHandle:  # fmt: skip
         record = await self.store.get_run(run_id)
         if run_id in self._engines and record.lease is not None:
             lease = record.lease  # this very session runs it

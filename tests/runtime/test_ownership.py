@@ -138,6 +138,33 @@ async def test_two_sessions_racing_to_resume_one_run_execute_it_once(
     assert ran(tmp_path) == ["slow"]  # resumed at the interrupted node, once
 
 
+async def test_two_resumes_at_once_in_one_session_execute_the_run_once(
+    db: Path, tmp_path: Path
+) -> None:
+    """An answer's resume and the parked watcher's, in one owner: one wins, nothing runs twice.
+
+    (Both take the run with the same claimant, which the store allows its
+    owner; the crash campaign saw a node run twice in one process this way.)
+    """
+    store = open_duckdb_store(db)
+    owner = Session(store, workdir=tmp_path)
+    try:
+        run = await owner.start(it.compile(GATE))
+        assert await run.wait(10) == "paused_waiting_human"
+        (question,) = await run.pending_questions()
+        await owner.store.answer(question.id, "yes", answered_by="test")  # no resume yet
+        results = await asyncio.gather(
+            *(owner.resume(run.id) for _ in range(4)), return_exceptions=True
+        )
+        assert sum(not isinstance(r, Exception) for r in results) == 1, results
+        assert all(isinstance(r, RunOwnedError) for r in results if isinstance(r, Exception))
+        assert await run.wait(10) == "finished"
+    finally:
+        await owner.close()
+        await store.close()
+    assert ran(tmp_path) == ["after"]
+
+
 async def test_a_session_that_lost_its_lease_stops_and_writes_nothing(
     db: Path, tmp_path: Path
 ) -> None:
