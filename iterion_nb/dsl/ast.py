@@ -24,6 +24,7 @@ NodeKeyword = Literal[
     "wait",
     "await_answers",
     "fail",
+    "mcp_server",
 ]
 NODE_KEYWORDS: tuple[NodeKeyword, ...] = (
     "agent",
@@ -36,6 +37,7 @@ NODE_KEYWORDS: tuple[NodeKeyword, ...] = (
     "wait",
     "await_answers",
     "fail",
+    "mcp_server",
 )
 
 

@@ -85,6 +85,8 @@ CODES: dict[str, CodeInfo] = {
     "C359": CodeInfo(_E, "bad environment reference"),
     "C360": CodeInfo(_E, "parallel branches meet at a node without await"),
     # events
+    "C024": CodeInfo(_E, "MCP server declared twice"),
+    "C025": CodeInfo(_E, "MCP server misconfigured, or unknown in mcp:"),
     "C070": CodeInfo(_E, "preset sets an unknown variable"),
     "C071": CodeInfo(_E, "preset value of the wrong type"),
     "C072": CodeInfo(_E, "preset declared twice"),

@@ -62,6 +62,8 @@ class Draft:
     vars: dict[str, m.Var] = field(default_factory=dict)
     #: Typed ends (``fail NAME:``).
     fails: dict[str, m.FailSpec] = field(default_factory=dict)
+    #: ``mcp_server NAME:`` declarations.
+    mcp_servers: dict[str, m.McpServer] = field(default_factory=dict)
     #: ``presets:``: variable values by preset name.
     presets: dict[str, dict[str, object]] = field(default_factory=dict)
     #: For each node, the fields the `with` mappings of its incoming edges build, by source.
@@ -227,6 +229,9 @@ class Builder:
         if decl.name in self.draft.nodes or decl.name in self.draft.fails:
             self.diags.add("C041", f"node '{decl.name}' is declared twice", decl.name_span)
             return
+        if decl.kind == "mcp_server":
+            self._mcp_server(decl)
+            return
         props = self._properties(decl)
         if decl.kind == "fail":
             self.draft.fails[decl.name] = self._fail(decl, props)
@@ -235,6 +240,37 @@ class Builder:
         node = builder.build()
         self.draft.nodes[decl.name] = node
         self.draft.node_decls[decl.name] = decl
+
+    def _mcp_server(self, decl: ast.NodeDecl) -> None:
+        """``mcp_server NAME:`` (transport stdio with command [args], or http with url)."""
+        if decl.name in self.draft.mcp_servers:
+            self.diags.add("C024", f"MCP server '{decl.name}' is declared twice", decl.name_span)
+            return
+        props = self._properties(decl)
+        transport = "stdio"
+        if "transport" in props:
+            transport = self.read.choice(props["transport"], ("stdio", "http"), "C025") or "stdio"
+        command = self.read.name(props["command"]) if "command" in props else None
+        args = self.read.names(props["args"]) if "args" in props else ()
+        url = self.read.name(props["url"]) if "url" in props else None
+        need = "command" if transport == "stdio" else "url"
+        if (command if transport == "stdio" else url) is None:
+            self.diags.add(
+                "C025",
+                f"MCP server '{decl.name}' ({transport}) needs '{need}:'",
+                decl.name_span,
+            )
+        wrong = "url" if transport == "stdio" else "command"
+        if wrong in props:
+            self.diags.add(
+                "C025",
+                f"'{wrong}' does not apply to a {transport} MCP server",
+                props[wrong].name_span,
+            )
+        self.draft.mcp_servers[decl.name] = m.McpServer(
+            decl.name, decl.name_span, cast("Literal['stdio', 'http']", transport),
+            command=command, args=tuple(args or ()), url=url,
+        )  # fmt: skip
 
     def _fail(self, decl: ast.NodeDecl, props: dict[str, ast.Property]) -> m.FailSpec:
         """``fail NAME:``: a typed end (code, message template, resumable)."""
@@ -555,6 +591,7 @@ class _NodeBuilder:
             system=self._text("system"),
             user=self._text("user"),
             tools=cast("tuple[str, ...]", self._opt("tools", "names") or ()),
+            mcp=cast("tuple[str, ...]", self._opt("mcp", "names") or ()),
             tool_max_steps=cast("int | None", self._opt("tool_max_steps", "integer", 1)),
             max_tokens=cast("int | None", self._opt("max_tokens", "integer", 1)),
             reasoning_effort=cast("str | None", effort),

@@ -105,6 +105,7 @@ def _analyze(text: str | bytes, name: str) -> CompileResult:
             source=source.text,
             fails=dict(draft.fails),
             presets=dict(draft.presets),
+            mcp_servers=dict(draft.mcp_servers),
         )
     return CompileResult(source, tuple(diags.sorted()), workflow)
 

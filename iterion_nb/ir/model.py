@@ -107,6 +107,8 @@ class AgentNode(NodeBase):
     system: Template | None = None
     user: Template | None = None
     tools: tuple[str, ...] = ()
+    #: MCP servers (declared ``mcp_server``) whose tools this agent may call.
+    mcp: tuple[str, ...] = ()
     tool_max_steps: int | None = None
     max_tokens: int | None = None
     reasoning_effort: str | None = None
@@ -224,6 +226,22 @@ class AwaitAnswersNode(NodeBase):
 
 
 @dataclass(frozen=True, slots=True)
+class McpServer:
+    """``mcp_server NAME:``: a Model Context Protocol server whose tools agents may call.
+
+    ``stdio``: started as ``command`` with ``args`` (by the node's backend);
+    ``http``: reached at ``url`` (streamable HTTP).
+    """
+
+    name: str
+    span: Span
+    transport: Literal["stdio", "http"] = "stdio"
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FailSpec:
     """A typed end: ``fail NAME:`` with a code, a message and whether a resume may retry.
 
@@ -327,6 +345,8 @@ class Workflow:
     fails: dict[str, FailSpec] = field(default_factory=dict)
     #: Named sets of variable values (``presets:``), chosen when a run starts.
     presets: dict[str, dict[str, object]] = field(default_factory=dict)
+    #: MCP servers, by name.
+    mcp_servers: dict[str, McpServer] = field(default_factory=dict)
     _out: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
     _in: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
 

@@ -11,6 +11,7 @@ _LLM = (
     "system",
     "user",
     "tools",
+    "mcp",
     "tool_max_steps",
     "max_tokens",
     "reasoning_effort",
@@ -43,6 +44,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "wait": ("event", "timeout", "output", "publish", "await"),
     "await_answers": ("from", "timeout", "await"),
     "fail": ("code", "message", "resumable"),
+    "mcp_server": ("transport", "command", "args", "url"),
 }
 
 #: Router properties that only make sense when ``mode: llm``.

@@ -347,6 +347,16 @@ def _check_nodes(draft: Draft, diags: Diagnostics) -> None:
                 f" 'session: {session}': there is no single session to continue",
                 node.span,
             )
+        if isinstance(node, m.AgentNode):
+            for server in node.mcp:
+                if server not in draft.mcp_servers:
+                    known = ", ".join(draft.mcp_servers) or "none"
+                    diags.add(
+                        "C025",
+                        f"'{node.name}' uses MCP server '{server}', which is not declared"
+                        f"{did_you_mean(server, draft.mcp_servers)} (declared: {known})",
+                        node.span,
+                    )
         if isinstance(node, m.AwaitAnswersNode) and node.from_node is not None:
             _check_await_from(node, draft, diags)
         if isinstance(node, m.ComputeNode):

@@ -136,7 +136,10 @@ class NodeRunner:
 
     # -- agents and judges -------------------------------------------------
     async def _agent(self, node: m.AgentNode, f: Frontier, scope: Scope) -> Any:
-        request = self._request("agent", node, f, scope, output_schema=self._schema(node.output))
+        servers = tuple(self.wf.mcp_servers[name] for name in node.mcp)
+        request = self._request(
+            "agent", node, f, scope, output_schema=self._schema(node.output), mcp_servers=servers
+        )
         parent = self._parent_session(node, f) if f.resume is None else None
         if parent is not None:
             request = replace(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from iterion_nb.ir.model import Node, Schema
+from iterion_nb.ir.model import McpServer, Node, Schema
 from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.records import (
     RESUMABLE,
@@ -334,6 +334,8 @@ class BackendRequest:
     session: dict[str, Any] | None = None
     #: Whether :attr:`session` is forked (a copy) rather than continued.
     fork: bool = False
+    #: The MCP servers the node's ``mcp:`` names (their tools are the model's too).
+    mcp_servers: tuple[McpServer, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ export const CELL_MAGIC = /^%%iterion(\s|$)/;
 
 const DECLARATIONS = new Set([
   'vars', 'prompt', 'schema', 'agent', 'judge', 'router', 'human', 'tool', 'compute', 'emit',
-  'wait', 'await_answers', 'workflow'
+  'wait', 'await_answers', 'workflow', 'fail', 'presets', 'mcp_server'
 ]); // prettier-ignore
 const KEYWORDS = new Set(['when', 'not', 'else', 'as', 'with', 'and', 'or', 'dsl']);
 const ATOMS = new Set(['done', 'fail']);

@@ -68,8 +68,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     books.mkdir()
     for name in TOUR:
         (books / name).write_text(json.dumps(without_outputs(ROOT / "notebooks" / name)))
-    for pinned in (ROOT / "notebooks").glob("*.yaml"):  # the pinned answers the tour reads
-        (books / pinned.name).write_text(pinned.read_text())
+    for beside in [*(ROOT / "notebooks").glob("*.yaml"), *(ROOT / "notebooks").glob("*.py")]:
+        if beside.name != "conftest.py":  # the tour's pinned answers and its MCP server
+            (books / beside.name).write_text(beside.read_text())
     saved = root / "saved"  # as committed: with their outputs, never run in this browser
     saved.mkdir()
     (saved / TOUR[0]).write_text((ROOT / "notebooks" / TOUR[0]).read_text())

@@ -32,6 +32,7 @@ from typing import Any
 
 from iterion_nb.backends.claw import interaction as it_tools
 from iterion_nb.backends.claw.loop import AgentLoop
+from iterion_nb.backends.mcp import cli_servers
 from iterion_nb.errors import AlreadyAnsweredError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import BackendRequest, BackendResult
@@ -333,6 +334,8 @@ class _Session:
         sdk = self.sdk
         node = self.node
         names = [PREFIX + spec.name for spec in self.loop.specs]
+        # the node's MCP servers: Claude Code starts them; every tool of each is allowed
+        names += [f"mcp__{server.name}" for server in self.request.mcp_servers]
         env = {
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
@@ -349,7 +352,8 @@ class _Session:
         }
         self.stderr: list[str] = []
         return sdk.ClaudeAgentOptions(
-            tools=[], allowed_tools=names, mcp_servers={SERVER: self._mcp_server()},
+            tools=[], allowed_tools=names,
+            mcp_servers={**cli_servers(self.request.mcp_servers), SERVER: self._mcp_server()},
             system_prompt=self.loop.system_prompt(), model=self.request.model or None,
             max_turns=self.backend.max_turns, cwd=str(Path(self.request.workdir).resolve()),
             resume=resume, fork_session=fork, hooks=hooks, env=env,
@@ -436,7 +440,11 @@ class _Session:
              "tool_calls": pending["calls"]},
         )  # fmt: skip
         offered = {spec.name for spec in self.loop.specs}
+        served = tuple(f"mcp__{server.name}__" for server in self.request.mcp_servers)
         for name in pending["calls"]:
+            if name.startswith(served) and served:  # a tool of the node's MCP servers
+                await self.ctx.emit("tool_called", {"tool": name.removeprefix("mcp__")})
+                continue
             if name not in offered:  # the CLI answers these itself; record them as we would
                 await self.ctx.emit("tool_error", {"tool": name, "error": f"unknown tool '{name}'"})
         pending.clear()

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from iterion_nb.backends.claw import interaction as it_tools
+from iterion_nb.backends.mcp import McpConnections, McpTool
 from iterion_nb.backends.providers.base import (
     Block,
     Message,
@@ -145,7 +146,7 @@ class AgentLoop:
         self.retries = retries
         self.retry_delay = retry_delay
         try:
-            self.tools: dict[str, Tool] = resolve_tools(node.tools, node.readonly)
+            self.tools: dict[str, Tool | McpTool] = dict(resolve_tools(node.tools, node.readonly))
         except KeyError as err:
             raise NodeError(node.name, str(err.args[0])) from None
         self.interaction_specs = it_tools.tools_for(node.interaction)
@@ -179,15 +180,19 @@ class AgentLoop:
 
     async def run(self) -> BackendResult:
         """Turn after turn until a final answer that fits (or a pause, or a failure)."""
-        bell = getattr(self.ctx.store, "doorbell", None)
-        if bell is None:
-            return await self._converse()
-        with bell.arm(node_key(self.ctx.run_id, self.ctx.node_id)) as ticket:
-            self._ticket = ticket
-            try:
+        servers = self.request.mcp_servers
+        async with McpConnections(self.node.name, servers, self.request.workdir) as mcp:
+            self.tools.update(mcp.tools)  # the MCP servers' tools, while they are connected
+            self._specs = self._specs + [t.spec for t in mcp.tools.values()]
+            bell = getattr(self.ctx.store, "doorbell", None)
+            if bell is None:
                 return await self._converse()
-            finally:
-                self._ticket = None
+            with bell.arm(node_key(self.ctx.run_id, self.ctx.node_id)) as ticket:
+                self._ticket = ticket
+                try:
+                    return await self._converse()
+                finally:
+                    self._ticket = None
 
     async def _converse(self) -> BackendResult:
         messages = await self._start()

@@ -1,0 +1,130 @@
+"""MCP servers (issue 20 item 5): agents call their tools, on every provider and the claude CLI.
+
+The server is tests/fixtures/mcp/words.py, a real MCP server over stdio,
+started by the node's backend (the in-process loop through the official
+``mcp`` SDK; Claude Code by itself). A scenario names its tools
+``words__shout``; the claude CLI offers them as ``mcp__words__shout``.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import iterion_nb as it
+from iterion_nb.ir import analyze
+
+from .conftest import Harness
+
+SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "mcp" / "words.py"
+
+FLOW = f"""\
+mcp_server words:
+  command: "{sys.executable}"
+  args: ["{SERVER}"]
+
+agent writer:
+  model: "scripted"
+  mcp: [words]
+  user: "Shout hello."
+
+workflow w:
+  entry: writer
+  writer -> done
+"""
+
+
+async def test_an_agent_calls_a_tool_of_an_mcp_server(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [{"name": "words__shout", "input": {"text": "hello"}}]},
+        {"text": "I shouted."},
+    ]}})  # fmt: skip
+    run = await h.start(FLOW)
+    assert await run.wait(60) == "finished", run.error
+    assert "HELLO" in h.last_user_text("writer", 1)  # the server's answer, read by the model
+    called = [e.data["tool"] for e in await run.events() if e.type == "tool_called"]
+    assert "words__shout" in called
+
+
+async def test_an_mcp_tool_error_comes_back_to_the_model(harness_factory: Any) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [{"name": "words__refuse", "input": {"reason": "too loud"}}]},
+        {"text": "It refused."},
+    ]}})  # fmt: skip
+    run = await h.start(FLOW)
+    assert await run.wait(60) == "finished", run.error
+    assert "refused: too loud" in h.last_user_text("writer", 1)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("  mcp: [words]", "  mcp: [wrods]"),
+         "'writer' uses MCP server 'wrods', which is not declared; did you mean 'words'?"),
+        ((f'  command: "{sys.executable}"\n', ""), "MCP server 'words' (stdio) needs 'command:'"),
+        (("mcp_server words:\n", "mcp_server words:\n  transport: http\n"),
+         "MCP server 'words' (http) needs 'url:'"),
+    ],
+)  # fmt: skip
+def test_mcp_mistakes_are_named(change: tuple[str, str], message: str) -> None:
+    source = FLOW.replace(*change)
+    found = [d.message for d in analyze(source, "w.iter").diagnostics]
+    assert any(message in m for m in found), found
+
+
+async def test_a_server_that_does_not_start_fails_the_node_clearly(tmp_path: Path) -> None:
+    from iterion_nb.session import Session
+    from iterion_nb.store import MemoryStore
+
+    broken = FLOW.replace(str(SERVER), str(tmp_path / "missing.py"))
+    session = Session(MemoryStore(), scenario={"nodes": {"writer": [{"text": "x"}]}})
+    try:
+        run = await session.start(it.compile(broken))
+        assert await run.wait(60) == "failed_resumable"
+        assert run.error is not None and "MCP server 'words' (stdio) failed" in run.error
+    finally:
+        await session.close()
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    """The words server over streamable HTTP on a free loopback port; its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "--http", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(300):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_an_mcp_server_over_http(harness_factory: Any, http_server: str) -> None:
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [{"name": "words__shout", "input": {"text": "over http"}}]},
+        {"text": "Done."},
+    ]}})  # fmt: skip
+    source = FLOW.replace(
+        f'  command: "{sys.executable}"\n  args: ["{SERVER}"]\n',
+        f'  transport: http\n  url: "{http_server}"\n',
+    )
+    assert source != FLOW
+    run = await h.start(source)
+    assert await run.wait(60) == "finished", run.error
+    assert "OVER HTTP" in h.last_user_text("writer", 1)
