@@ -55,6 +55,10 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--scenario", help="the scripted model's scenario (YAML or JSON)")
     run.add_argument("--preset", help="start from one of the workflow's presets: (--var wins)")
     run.add_argument(
+        "--attach", action="append", default=[], metavar="NAME=PATH",
+        help="a file for one of the workflow's attachments:",
+    )  # fmt: skip
+    run.add_argument(
         "--answers", metavar="FILE",
         help="answer matching questions from this file (written by `runs answers --export`)",
     )  # fmt: skip
@@ -355,6 +359,7 @@ async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
             handle = await session.start(
                 compile_file(Path(args.file)), vars=variables,
                 answers=args.answers, answers_from=args.answers_from, preset=args.preset,
+                attachments=dict(_pair(a, "--attach") for a in args.attach),
             )  # fmt: skip
         else:
             handle = await session.resume(args.run_id, force=args.force, scenario=args.scenario)
@@ -384,10 +389,10 @@ async def _summary(handle: RunHandle) -> dict[str, Any]:
     return data
 
 
-def _pair(text: str) -> tuple[str, str]:
+def _pair(text: str, option: str = "--var") -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise CliError(f"--var expects KEY=VALUE, got {text!r}", 2)
+        raise CliError(f"{option} expects KEY=VALUE, got {text!r}", 2)
     return key, value
 
 

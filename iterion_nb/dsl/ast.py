@@ -240,6 +240,26 @@ class EdgeDecl:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachmentDecl:
+    """``NAME: file|image``, with an optional block: description, accept_mime, required."""
+
+    name: str
+    name_span: Span
+    kind: str
+    kind_span: Span
+    properties: tuple[Property, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentsDecl:
+    """An ``attachments:`` block: files a person gives when a run starts."""
+
+    items: tuple[AttachmentDecl, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
 class WorkflowDecl:
     """``workflow NAME:`` with its properties, variables and edges."""
 
@@ -249,6 +269,7 @@ class WorkflowDecl:
     vars: tuple[VarsDecl, ...]
     edges: tuple[EdgeDecl, ...]
     span: Span
+    attachments: tuple[AttachmentsDecl, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +280,9 @@ class PresetsDecl:
     span: Span
 
 
-Declaration = VarsDecl | PromptDecl | SchemaDecl | NodeDecl | WorkflowDecl | PresetsDecl
+Declaration = (
+    VarsDecl | PromptDecl | SchemaDecl | NodeDecl | WorkflowDecl | PresetsDecl | AttachmentsDecl
+)
 
 
 @dataclass(frozen=True, slots=True)

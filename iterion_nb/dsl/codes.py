@@ -87,6 +87,11 @@ CODES: dict[str, CodeInfo] = {
     # events
     "C024": CodeInfo(_E, "MCP server declared twice"),
     "C025": CodeInfo(_E, "MCP server misconfigured, or unknown in mcp:"),
+    "C050": CodeInfo(_E, "attachment declared twice"),
+    "C051": CodeInfo(_E, "attachment named like a variable"),
+    "C052": CodeInfo(_E, "accept_mime entry not type/subtype"),
+    "C053": CodeInfo(_E, "unknown attachment"),
+    "C054": CodeInfo(_E, "unknown attachment field"),
     "C070": CodeInfo(_E, "preset sets an unknown variable"),
     "C071": CodeInfo(_E, "preset value of the wrong type"),
     "C072": CodeInfo(_E, "preset declared twice"),

@@ -21,7 +21,9 @@ from iterion_nb.dsl.tokens import Token, TokenKind
 
 T = TypeVar("T")
 
-_DECL_KEYWORDS = ("vars", "presets", "prompt", "schema", "workflow", *ast.NODE_KEYWORDS)
+_DECL_KEYWORDS = (
+    "vars", "presets", "attachments", "prompt", "schema", "workflow", *ast.NODE_KEYWORDS,
+)  # fmt: skip
 #: The ``dsl: N`` versions this parser reads: upstream iterion's 1 and 2 mean the same here.
 SUPPORTED_DSL = ("1", "2")
 
@@ -245,6 +247,8 @@ class Parser:
         self._advance()
         if head.text == "vars":
             return self._vars_block(head)
+        if head.text == "attachments":
+            return self._attachments_block(head)
         if head.text == "presets":
             self._expect(TokenKind.COLON, "':' after 'presets'")
             entries = self._block(self._property, head)
@@ -285,6 +289,25 @@ class Parser:
         self._expect(TokenKind.COLON, "':' after 'vars'")
         items = self._block(self._var, head)
         return ast.VarsDecl(tuple(items), head.span.to(self._prev_span()))
+
+    def _attachments_block(self, head: Token) -> ast.AttachmentsDecl:
+        self._expect(TokenKind.COLON, "':' after 'attachments'")
+        items = self._block(self._attachment, head)
+        return ast.AttachmentsDecl(tuple(items), head.span.to(self._prev_span()))
+
+    def _attachment(self) -> ast.AttachmentDecl:
+        name = self._expect_ident("an attachment name")
+        self._expect(TokenKind.COLON, f"':' after attachment '{name.text}'")
+        kind = self._expect_ident("the attachment's kind (file or image)")
+        props: list[ast.Property] = []
+        if self._at(TokenKind.NEWLINE) and self._peek().kind is TokenKind.INDENT:
+            props = self._block(self._property, name, nested=True)
+        else:
+            self._end_of_line()
+        return ast.AttachmentDecl(
+            name.text, name.span, kind.text, kind.span, tuple(props),
+            name.span.to(self._prev_span()),
+        )  # fmt: skip
 
     def _var(self) -> ast.VarDecl:
         name = self._expect_ident("a variable name")
@@ -431,6 +454,7 @@ class Parser:
     def _workflow(self, head: Token, name: Token) -> ast.WorkflowDecl:
         props: list[ast.Property] = []
         var_blocks: list[ast.VarsDecl] = []
+        attachments: list[ast.AttachmentsDecl] = []
         edges: list[ast.EdgeDecl] = []
 
         def line() -> None:
@@ -438,6 +462,8 @@ class Parser:
                 edges.append(self._edge())
             elif self._at(TokenKind.IDENT, "vars") and self._peek().kind is TokenKind.COLON:
                 var_blocks.append(self._vars_block(self._advance()))
+            elif self._at(TokenKind.IDENT, "attachments") and self._peek().kind is TokenKind.COLON:
+                attachments.append(self._attachments_block(self._advance()))
             else:
                 props.append(self._property())
 
@@ -449,6 +475,7 @@ class Parser:
             tuple(var_blocks),
             tuple(edges),
             head.span.to(self._prev_span()),
+            tuple(attachments),
         )
 
     def _edge(self) -> ast.EdgeDecl:

@@ -7,6 +7,7 @@ template and expression is used so those checks know their context.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
@@ -33,6 +34,10 @@ from iterion_nb.ir.values import (
 )
 
 EMPTY = Template(())
+
+
+#: An accept_mime entry: type/subtype, either part may be ``*``.
+_MIME = re.compile(r"(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)/(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ class Draft:
     vars: dict[str, m.Var] = field(default_factory=dict)
     #: Typed ends (``fail NAME:``).
     fails: dict[str, m.FailSpec] = field(default_factory=dict)
+    #: ``attachments:`` (top level and the workflow's).
+    attachments: dict[str, m.Attachment] = field(default_factory=dict)
     #: ``mcp_server NAME:`` declarations.
     mcp_servers: dict[str, m.McpServer] = field(default_factory=dict)
     #: ``presets:``: variable values by preset name.
@@ -109,11 +116,16 @@ class Builder:
                 self.draft.workflows.append(decl)
                 for block in decl.vars:
                     self._vars(block, "workflow")
+                for attachments in decl.attachments:
+                    self._attachments(attachments)
+            elif isinstance(decl, ast.AttachmentsDecl):
+                self._attachments(decl)
         for decl in decls:
             if isinstance(decl, ast.NodeDecl):
                 self._node(decl)
             elif isinstance(decl, ast.PresetsDecl):
                 self._presets(decl)
+        self._check_attachment_names()
         self._workflow(module)
         return self.draft
 
@@ -174,6 +186,60 @@ class Builder:
                 else:
                     has_default, default = True, data
             self.draft.vars[var.name] = m.Var(var.name, spec, has_default, default, var.span)
+
+    def _check_attachment_names(self) -> None:
+        """C051: an attachment and a variable share the launch form: not their names."""
+        for name, attachment in self.draft.attachments.items():
+            if name in self.draft.vars:
+                self.diags.add(
+                    "C051",
+                    f"attachment '{name}' has the name of a variable (they share the launch form)",
+                    attachment.span,
+                )
+
+    def _attachments(self, decl: ast.AttachmentsDecl) -> None:
+        """``attachments:``: ``NAME: file|image`` (description, accept_mime, required)."""
+        for item in decl.items:
+            if item.name in self.draft.attachments:
+                self.diags.add(
+                    "C050", f"attachment '{item.name}' is declared twice", item.name_span
+                )
+                continue
+            if item.kind not in ("file", "image"):
+                hint = did_you_mean(item.kind, ("file", "image"))
+                self.diags.add(
+                    "C354",
+                    f"attachment '{item.name}' is a file or an image, not '{item.kind}'{hint}",
+                    item.kind_span,
+                )
+            props = {p.name: p for p in item.properties}
+            for prop in item.properties:
+                if prop.name not in ("description", "accept_mime", "required"):
+                    hint = did_you_mean(prop.name, ("description", "accept_mime", "required"))
+                    self.diags.add(
+                        "C350",
+                        f"attachments have no property '{prop.name}'{hint} (allowed:"
+                        " description, accept_mime, required)",
+                        prop.name_span,
+                    )
+            accept = self.read.names(props["accept_mime"]) if "accept_mime" in props else ()
+            for mime in accept or ():
+                if not _MIME.fullmatch(mime):
+                    self.diags.add(
+                        "C052",
+                        f"accept_mime entry '{mime}' of '{item.name}' is not type/subtype"
+                        " (such as image/png, application/pdf, image/*)",
+                        props["accept_mime"].value.span,
+                    )
+            description = props.get("description")
+            required = props.get("required")
+            self.draft.attachments[item.name] = m.Attachment(
+                item.name, item.name_span,
+                cast("Literal['file', 'image']", item.kind if item.kind == "image" else "file"),
+                description=self.read.name(description) if description is not None else None,
+                accept_mime=tuple(accept or ()),
+                required=bool(self.read.boolean(required)) if required is not None else False,
+            )  # fmt: skip
 
     def _presets(self, decl: ast.PresetsDecl) -> None:
         """``presets:``: each a block of ``var: value`` lines, for declared variables."""

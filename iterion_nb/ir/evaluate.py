@@ -19,7 +19,7 @@ from iterion_nb.ir.expr import (
 )
 
 #: The namespaces a dotted reference may start with.
-NAMESPACES = ("vars", "input", "outputs", "artifacts", "loop", "run")
+NAMESPACES = ("vars", "input", "outputs", "artifacts", "attachments", "loop", "run")
 
 
 class ExpressionError(Exception):

@@ -242,6 +242,22 @@ class McpServer:
 
 
 @dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file a person gives when a run starts (``attachments:``)."""
+
+    name: str
+    span: Span
+    kind: Literal["file", "image"] = "file"
+    description: str | None = None
+    accept_mime: tuple[str, ...] = ()
+    required: bool = False
+
+
+#: What ``{{attachments.NAME.<field>}}`` may name (the bare reference is the path).
+ATTACHMENT_FIELDS = ("path", "url", "mime", "size", "sha256")
+
+
+@dataclass(frozen=True, slots=True)
 class FailSpec:
     """A typed end: ``fail NAME:`` with a code, a message and whether a resume may retry.
 
@@ -347,6 +363,8 @@ class Workflow:
     presets: dict[str, dict[str, object]] = field(default_factory=dict)
     #: MCP servers, by name.
     mcp_servers: dict[str, McpServer] = field(default_factory=dict)
+    #: Files given at launch (``attachments:``), by name.
+    attachments: dict[str, Attachment] = field(default_factory=dict)
     _out: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
     _in: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)
 

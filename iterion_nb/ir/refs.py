@@ -104,7 +104,7 @@ class RefChecker:
         elif inputs is None:
             self.diags.add(
                 "C034",
-                f"'{name}' is not a namespace (vars, input, outputs, artifacts, loop, run)"
+                f"'{name}' is not a namespace ({', '.join(NAMESPACES)})"
                 f" and '{node.name}' has no input schema",
                 span,
             )
@@ -120,6 +120,8 @@ class RefChecker:
             self._outputs(path, span)
         elif head == "artifacts":
             self._artifacts(path, span)
+        elif head == "attachments":
+            self._attachments(path, span)
         elif head == "loop":
             self._loop(path, span)
         elif head == "run":
@@ -130,11 +132,7 @@ class RefChecker:
                     f"'{'.'.join(path)}': the run namespace has {', '.join(_RUN_ATTRS)}{hint}",
                 )
         else:
-            known = ("vars", "input", "outputs", "artifacts", "loop", "run")
-            hint = (
-                did_you_mean(head, known)
-                or "; expected vars, input, outputs, artifacts, loop or run"
-            )
+            hint = did_you_mean(head, NAMESPACES) or f"; expected {', '.join(NAMESPACES)}"
             self._bad(span, f"unknown namespace '{head}' in '{'.'.join(path)}'{hint}")
 
     def _bad(self, span: Span, message: str) -> None:
@@ -202,6 +200,26 @@ class RefChecker:
             hint = did_you_mean(path[1], self.artifacts)
             self.diags.add(
                 "C035", f"unknown artifact '{path[1]}': no node publishes it{hint}", span
+            )
+
+    def _attachments(self, path: tuple[str, ...], span: Span) -> None:
+        if len(path) < 2:
+            self._bad(span, "'attachments' needs an attachment name, as in attachments.spec")
+            return
+        if path[1] not in self.d.attachments:
+            known = ", ".join(self.d.attachments) or "none"
+            hint = did_you_mean(path[1], self.d.attachments)
+            self.diags.add(
+                "C053",
+                f"unknown attachment '{path[1]}'{hint} (declared: {known})",
+                span,
+            )
+        elif len(path) > 3 or (len(path) == 3 and path[2] not in m.ATTACHMENT_FIELDS):
+            hint = did_you_mean(path[2], m.ATTACHMENT_FIELDS)
+            self.diags.add(
+                "C054",
+                f"'{'.'.join(path)}': an attachment has {', '.join(m.ATTACHMENT_FIELDS)}{hint}",
+                span,
             )
 
     def _loop(self, path: tuple[str, ...], span: Span) -> None:

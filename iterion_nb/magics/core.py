@@ -26,6 +26,7 @@ from IPython.display import HTML, Markdown
 
 from iterion_nb.errors import CompileError, IterionError, NotFoundError
 from iterion_nb.ir import analyze, compile_workflow
+from iterion_nb.ir import model as m
 from iterion_nb.magics.display import Table, diagnostics_table
 from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, inbox
 from iterion_nb.report.build import format_for
@@ -33,7 +34,7 @@ from iterion_nb.runtime import replay
 from iterion_nb.runtime.records import Run
 from iterion_nb.runtime.values import preset_values, resolve_vars
 from iterion_nb.session import Session
-from iterion_nb.session.launch import answers_yaml, read_answers
+from iterion_nb.session.launch import answers_yaml, attachment_values, read_answers
 from iterion_nb.store.location import is_store_url, resolve_store_path, store_url
 from iterion_nb.widgets import InboxWidget
 
@@ -68,6 +69,7 @@ def _cell_parser() -> _Parser:
     p.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: the workflow's)")
     p.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
     p.add_argument("--preset", help="start from one of the workflow's presets: (--var wins)")
+    p.add_argument("--attach", action="append", default=[], metavar="NAME=PATH")
     p.add_argument("--answers", metavar="FILE", help="pinned answers (runs answers --export)")
     p.add_argument("--answers-from", metavar="RUN", help="pin the answers run RUN got")
     return p
@@ -235,6 +237,7 @@ class IterionMagics(Magics):
         except IterionError as err:
             raise UsageError(f"%%iterion: {err}") from None
         scenario = self._scenario(args.scenario)
+        files = _attachments(wf, args.attach)
         try:
             pins = None if args.answers is None else read_answers(args.answers)
         except IterionError as err:
@@ -247,7 +250,7 @@ class IterionMagics(Magics):
         async def start() -> LiveRun:
             await session.start(
                 wf, values, run_id=run_id, source=cell, scenario=scenario, backend=args.backend,
-                answers=pins, answers_from=args.answers_from,
+                answers=pins, answers_from=args.answers_from, attachments=files,
             )  # fmt: skip
             return LiveRun(session, run_id, wf)
 
@@ -400,6 +403,21 @@ VERBS = (
 )  # fmt: skip
 #: The line magics' arguments that name a run, a question or a place.
 _ID_ARGS = ("run_id", "interaction_id", "store", "output", "scenario", "export")
+
+
+def _attachments(wf: m.Workflow, items: list[str]) -> dict[str, str]:
+    """``--attach NAME=PATH`` options, checked now (one line, not a failed run task)."""
+    files = {}
+    for item in items:
+        key, sep, path = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"%%iterion: --attach expects NAME=PATH, got {item!r}")
+        files[key] = path
+    try:
+        attachment_values(wf, files)
+    except IterionError as err:
+        raise UsageError(f"%%iterion: {err}") from None
+    return files
 
 
 def _scripted(run: Run) -> bool:

@@ -57,6 +57,7 @@ class Scope:
             "input": self.input if self.input is not None else {},
             "outputs": outputs,
             "artifacts": {k: v["value"] for k, v in self.state.artifacts.items()},
+            "attachments": dict(self.state.attachments),
             "loop": loops,
             "run": self.run_values(),
         }
@@ -87,20 +88,17 @@ class Scope:
         """Where a reference starts: a value, and the fields still to follow in it."""
         head, rest = path[0], list(path[1:])
         state = self.state
-        if head == "outputs" and len(rest) >= 2 and rest[1] == "history":
-            return state.history.get(rest[0], []), rest[2:]
-        if head == "outputs" and len(rest) >= 2 and rest[1] == SESSION_ID:
-            if rest[0] not in state.sessions:
-                raise RenderError(f"'{'.'.join(path)}': '{rest[0]}' has no conversation yet")
-            return rest[0], rest[2:]
         if head == "outputs" and rest:
-            if rest[0] not in state.outputs:
-                raise RenderError(f"'{'.'.join(path)}': node '{rest[0]}' has not run yet")
-            return state.outputs[rest[0]], rest[1:]
+            return self._output_root(path, rest)
         if head == "artifacts" and rest:
             if rest[0] not in state.artifacts:
                 raise RenderError(f"'{'.'.join(path)}': nothing has been published yet")
             return state.artifacts[rest[0]]["value"], rest[1:]
+        if head == "attachments" and rest:
+            if rest[0] not in state.attachments:
+                raise RenderError(f"'{'.'.join(path)}': no file was given for '{rest[0]}'")
+            given = state.attachments[rest[0]]
+            return (given, rest[1:]) if len(rest) > 1 else (given["path"], [])
         if head == "loop" and len(rest) >= 2 and rest[1] == "previous_output":
             if rest[0] not in state.loop_outputs:
                 return None
@@ -110,6 +108,19 @@ class Scope:
         if head == "vars":
             return state.vars, rest
         return self.namespaces()[head], rest
+
+    def _output_root(self, path: tuple[str, ...], rest: list[str]) -> tuple[Any, list[str]]:
+        """``outputs.NODE…``: its output, its loop history, or its conversation's id."""
+        state = self.state
+        if len(rest) >= 2 and rest[1] == "history":
+            return state.history.get(rest[0], []), rest[2:]
+        if len(rest) >= 2 and rest[1] == SESSION_ID:
+            if rest[0] not in state.sessions:
+                raise RenderError(f"'{'.'.join(path)}': '{rest[0]}' has no conversation yet")
+            return rest[0], rest[2:]
+        if rest[0] not in state.outputs:
+            raise RenderError(f"'{'.'.join(path)}': node '{rest[0]}' has not run yet")
+        return state.outputs[rest[0]], rest[1:]
 
     def render(self, template: Template) -> str:
         """Render a template to text (``${ENV}`` from the environment)."""

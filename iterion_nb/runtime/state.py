@@ -97,6 +97,8 @@ class RunState:
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Each loop's source output when its edge was last taken (loop.NAME.previous_output).
     loop_outputs: dict[str, Any] = field(default_factory=dict)
+    #: The files given at launch, by name: path, url, mime, size, sha256, kind.
+    attachments: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def new_id(self, prefix: str) -> str:
         """A branch or group id, unique within the run."""
@@ -126,6 +128,7 @@ class RunState:
             "reached_done": self.reached_done,
             "sessions": dict(self.sessions),
             "loop_outputs": dict(self.loop_outputs),
+            "attachments": dict(self.attachments),
         }
 
     @classmethod
@@ -152,6 +155,7 @@ class RunState:
             reached_done=bool(data.get("reached_done", False)),
             sessions=dict(data.get("sessions", {})),
             loop_outputs=dict(data.get("loop_outputs", {})),
+            attachments=dict(data.get("attachments", {})),
         )
 
 

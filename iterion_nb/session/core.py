@@ -38,6 +38,7 @@ from iterion_nb.session.handle import RunHandle
 from iterion_nb.session.launch import (
     Answers,
     Scenario,
+    attachment_values,
     backend_for,
     default_backends,
     read_answers,
@@ -147,6 +148,7 @@ class Session:
         answers: Answers | None = None,
         answers_from: str | None = None,
         preset: str | None = None,
+        attachments: Mapping[str, str | os.PathLike[str]] | None = None,
     ) -> RunHandle:
         """Start a run as a background task, owned by this session; return its handle at once.
 
@@ -158,7 +160,8 @@ class Session:
         answered at once (``answered_by: "replay"``, the k-th ask of one question
         by its k-th answer); the others are asked as usual. ``preset`` starts from
         the variable values of one of the workflow's ``presets:`` (``vars`` given
-        here win over it).
+        here win over it). ``attachments`` gives the files of the workflow's
+        ``attachments:`` (name -> path; checked, and recorded with the run).
 
         Raises:
             VarsError: A variable is missing, unknown or of the wrong type
@@ -166,11 +169,14 @@ class Session:
         """
         wf, text = workflow_of(workflow, source)
         values = resolve_vars(wf, {**preset_values(wf, preset), **(vars or {})})
+        files = attachment_values(wf, attachments)
         launch: dict[str, Any] = {}
         if backend is not None:
             launch["backend"] = backend
         if preset is not None:
             launch["preset"] = preset
+        if files:
+            launch["attachments"] = files
         if self.executor is not None:
             launch["executor"] = EXECUTOR
             launch["workdir"] = str(self.workdir.absolute())
@@ -197,7 +203,7 @@ class Session:
             return RunHandle(self, run.id)
         await self.store.create_run(run, owner=self.claimant)
         self.leases.hold(run.id)
-        state = RunState(vars=values)
+        state = RunState(vars=values, attachments=files)
         state.frontier["b0"] = Frontier("b0", wf.entry, {})
         self._launch(wf, run.id, state, launch, resumed=False, scenario=scenario)
         return RunHandle(self, run.id)
@@ -267,7 +273,7 @@ class Session:
             raise
         state = RunState.from_checkpoint(run.checkpoint or {})
         if not state.frontier and run.checkpoint is None:
-            state = RunState(vars=run.vars)
+            state = RunState(vars=run.vars, attachments=dict(run.launch.get("attachments", {})))
             state.frontier["b0"] = Frontier("b0", wf.entry, {})
         state.pending_interaction = None
         state.waiting_on = []

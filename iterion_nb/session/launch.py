@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from iterion_nb.backends.router import BackendRouter
-from iterion_nb.errors import RunError
+from iterion_nb.errors import RunError, VarsError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Backend
@@ -85,6 +85,46 @@ def answers_yaml(run_id: str, workflow: str, pins: Sequence[Mapping[str, Any]]) 
     document = {"run": run_id, "workflow": workflow, "answers": [dict(p) for p in pins]}
     head = f"# the answers of run {run_id} ({workflow}), to replay with --answers\n"
     return head + yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+
+
+def attachment_values(wf: m.Workflow, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The files given for the workflow's ``attachments:``: path, url, mime, size, sha256.
+
+    Raises:
+        VarsError: An undeclared attachment, a required one missing, a file that
+            cannot be read, or one whose type ``accept_mime`` does not allow.
+    """
+    import fnmatch
+    import hashlib
+    import mimetypes
+
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(wf.attachments))
+    if unknown:
+        known = ", ".join(wf.attachments) or "none"
+        raise VarsError(f"unknown attachment {', '.join(map(repr, unknown))} (declared: {known})")
+    out: dict[str, Any] = {}
+    for name, spec in wf.attachments.items():
+        if name not in given:
+            if spec.required:
+                raise VarsError(f"attachment '{name}' is required: give the file at launch")
+            continue
+        path = Path(os.fspath(given[name])).expanduser().resolve()
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise VarsError(f"attachment '{name}': cannot read {path}: {err.strerror}") from None
+        mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        if spec.accept_mime and not any(fnmatch.fnmatch(mime, a) for a in spec.accept_mime):
+            raise VarsError(
+                f"attachment '{name}': {path.name} is {mime}; it takes"
+                f" {', '.join(spec.accept_mime)}"
+            )
+        out[name] = {
+            "path": str(path), "url": path.as_uri(), "mime": mime, "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(), "kind": spec.kind,
+        }  # fmt: skip
+    return out
 
 
 def store_spec(given: Any, store: Any) -> str:

@@ -7,6 +7,7 @@ the scripted model, and behaves as upstream documents.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -261,3 +262,52 @@ def test_the_cli_takes_a_preset(tmp_path: Path) -> None:
                          text=True, timeout=60)  # fmt: skip
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert "no preset 'nope' in workflow 'presets' (presets: quick, friendly)" in bad.stderr
+
+
+async def test_a_run_reads_the_files_it_was_given(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.txt"
+    spec.write_text("the spec\n")
+    wf = it.compile_file(UPSTREAM / "attachments.bot")
+    assert (wf.attachments["spec"].required, wf.attachments["logo"].kind) == (True, "image")
+    session = Session(MemoryStore(), scenario={"nodes": {"reviewer": [{"text": "ok"}]}},
+                      workdir=tmp_path)  # fmt: skip
+    try:
+        handle = await session.start(wf, attachments={"spec": spec})
+        assert await handle.wait(20) == "finished", handle.error
+        events = await handle.events()
+        asked = next(e for e in events if e.type == "llm_request")
+        assert f"Review {spec} (text/plain, 9 bytes)." in repr(asked.data["messages"])
+        digest = hashlib.sha256(b"the spec\n").hexdigest()
+        assert handle.outputs["checksum"]["stdout"].startswith(digest)
+        recorded = (await handle.refresh()).launch["attachments"]["spec"]
+        assert recorded["sha256"] == digest and recorded["url"] == spec.as_uri()
+        with pytest.raises(VarsError, match="attachment 'spec' is required"):
+            await session.start(wf)
+        (tmp_path / "spec.png").write_bytes(b"\x89PNG")
+        refused = r"spec.png is image/png; it takes text/\*, application/pdf"
+        with pytest.raises(VarsError, match=refused):
+            await session.start(wf, attachments={"spec": tmp_path / "spec.png"})
+        with pytest.raises(VarsError, match="cannot read"):
+            await session.start(wf, attachments={"spec": tmp_path / "missing.txt"})
+        with pytest.raises(VarsError, match=r"unknown attachment 'pdf' \(declared: spec, logo\)"):
+            await session.start(wf, attachments={"spec": spec, "pdf": spec})
+        assert len(await session.runs()) == 1  # nothing recorded for the refused ones
+    finally:
+        await session.close()
+
+
+def test_the_cli_attaches_files(tmp_path: Path) -> None:
+    (tmp_path / "sc.yaml").write_text("nodes:\n  reviewer: [{text: ok}]\n")
+    (tmp_path / "s.txt").write_text("hi\n")
+    base = [str(CLI), "run", str(UPSTREAM / "attachments.bot"), "--scenario", "sc.yaml"]
+    done = subprocess.run([*base, "--attach", "spec=s.txt", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "finished"
+    for args, said in (
+        (["--attach", "spec"], "--attach expects KEY=VALUE, got 'spec'"),
+        ([], "attachment 'spec' is required: give the file at launch"),
+    ):
+        bad = subprocess.run([*base, *args], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+        assert bad.returncode != 0 and said in bad.stderr and "Traceback" not in bad.stderr
