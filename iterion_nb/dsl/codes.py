@@ -103,6 +103,8 @@ CODES: dict[str, CodeInfo] = {
     "C241": CodeInfo(_E, "await_answers without a positive timeout"),
     "C242": CodeInfo(_W, "await_answers from: names a missing or non-async node"),
     "C361": CodeInfo(_E, "expires_in not positive, or on_expire without expires_in"),
+    "C362": CodeInfo(_W, "with key not in the destination's input schema"),
+    "C363": CodeInfo(_W, "upstream workflow property ignored here (worktree, sandbox, compaction)"),
     # limits on hostile input (ours)
     "C300": CodeInfo(_E, "nesting too deep"),
     "C301": CodeInfo(_E, "number too large"),

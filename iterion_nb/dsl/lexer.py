@@ -91,6 +91,8 @@ class Lexer:
         self.tokens: list[Token] = []
         self._indents = [0]
         self._brackets: list[tuple[str, Span]] = []
+        #: A backtick string still open at the end of a line: where it started, its lines.
+        self._raw: tuple[int, int, list[str]] | None = None
         self._bracket_indent = 0
 
     def tokenize(self) -> list[Token]:
@@ -102,6 +104,10 @@ class Lexer:
         while i < len(lines) and not self.diags.full:
             text = lines[i]
             line_no = i + 1
+            if self._raw is not None:  # inside a backtick string that spans lines
+                self._raw_line(text, line_no)
+                i += 1
+                continue
             if self._brackets and self._continues(text):
                 self._scan(text, 0, line_no)
             else:
@@ -181,6 +187,16 @@ class Lexer:
     def _finish(self) -> None:
         end_line = len(self.source.lines)
         end = Span.point(end_line, len(self.source.line_text(end_line)) + 1)
+        if self._raw is not None:
+            start_line, start_col, parts = self._raw
+            self._raw = None
+            self.diags.add(
+                "S003",
+                "unterminated string: the '`' opened here is never closed",
+                Span.point(start_line, start_col),
+            )
+            self.tokens.append(Token(TokenKind.STRING, "\n".join(parts), end))
+            self._newline(end)
         if self._brackets:
             self._report_unclosed()
             self._newline(end)
@@ -214,13 +230,9 @@ class Lexer:
                 append(Token(TokenKind.STRING, _decode(value[1:-1]), span))
             elif group == "raw":  # `raw`: backslashes are text (upstream's raw strings)
                 append(Token(TokenKind.STRING, value[1:-1], span))
-            elif group == "open_raw":
-                self.diags.add(
-                    "S003",
-                    "unterminated string: add a closing '`' on the same line",
-                    Span.point(line_no, col),
-                )
-                append(Token(TokenKind.STRING, value[1:], span))
+            elif group == "open_raw":  # a backtick string may span lines (upstream's)
+                self._raw = (line_no, col, [value[1:]])
+                return
             elif group == "open_string":
                 self.diags.add(
                     "S003",
@@ -237,6 +249,20 @@ class Lexer:
             end = len(text) + 1
             newline = _new(Span, (line_no, end, line_no, end + 1))
             append(_new(Token, (TokenKind.NEWLINE, "", newline, ())))
+
+    def _raw_line(self, text: str, line_no: int) -> None:
+        """One more line of a backtick string; the one with the closing '`' ends it."""
+        assert self._raw is not None
+        start_line, start_col, parts = self._raw
+        end = text.find("`")
+        if end < 0:
+            parts.append(text)
+            return
+        parts.append(text[:end])
+        self._raw = None
+        span = Span(start_line, start_col, line_no, end + 2)
+        self.tokens.append(Token(TokenKind.STRING, "\n".join(parts), span))
+        self._scan(text, end + 1, line_no)
 
     def _punct(self, value: str, span: Span) -> None:
         if value in _OPENERS:

@@ -36,6 +36,13 @@ from iterion_nb.ir.values import (
 EMPTY = Template(())
 
 
+#: Upstream's workflow properties this build does not implement: read, warned about (C363).
+UNSUPPORTED_WORKFLOW_PROPERTIES = {
+    "worktree": "a git worktree per run",
+    "sandbox": "tools run in a container",
+    "compaction": "long conversations are compacted",
+}
+
 #: An accept_mime entry: type/subtype, either part may be ``*``.
 _MIME = re.compile(r"(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)/(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)")
 
@@ -431,7 +438,16 @@ class Builder:
         self.draft.name = wf.name
         props: dict[str, ast.Property] = {}
         for prop in wf.properties:
-            if prop.name not in WORKFLOW_PROPERTIES:
+            if prop.name in UNSUPPORTED_WORKFLOW_PROPERTIES:
+                what = UNSUPPORTED_WORKFLOW_PROPERTIES[prop.name]
+                self.diags.add(
+                    "C363",
+                    f"'{prop.name}:' is upstream iterion's ({what}); iterion_nb does not do it"
+                    " and ignores it: the run works in its working directory, its tools run"
+                    " unconfined",
+                    prop.name_span,
+                )
+            elif prop.name not in WORKFLOW_PROPERTIES:
                 self.diags.add(
                     "C350",
                     f"workflows have no property '{prop.name}' (allowed: vars,"
@@ -645,7 +661,15 @@ class _NodeBuilder:
         interaction = self._opt(
             "interaction", "choice", ("none", "human", "llm", "llm_or_human", "async")
         )
-        effort = self._opt("reasoning_effort", "choice", m.REASONING_EFFORTS, "C027")
+        effort_prop = self._get("reasoning_effort")
+        if (
+            effort_prop is not None
+            and isinstance(effort_prop.value, ast.StringValue)
+            and "${" in effort_prop.value.text
+        ):
+            effort: object = effort_prop.value.text  # from the environment when the run starts
+        else:
+            effort = self._opt("reasoning_effort", "choice", m.REASONING_EFFORTS, "C027")
         return m.AgentNode(
             *self._base(),
             kind=cast("Literal['agent', 'judge']", self.decl.kind),
@@ -657,7 +681,7 @@ class _NodeBuilder:
             system=self._text("system"),
             user=self._text("user"),
             tools=cast("tuple[str, ...]", self._opt("tools", "names") or ()),
-            mcp=cast("tuple[str, ...]", self._opt("mcp", "names") or ()),
+            mcp=self._mcp_names(),
             tool_max_steps=cast("int | None", self._opt("tool_max_steps", "integer", 1)),
             max_tokens=cast("int | None", self._opt("max_tokens", "integer", 1)),
             reasoning_effort=cast("str | None", effort),
@@ -727,6 +751,22 @@ class _NodeBuilder:
             expires_in=self._expires_in(),
             on_expire=self._on_expire(),
         )
+
+    def _mcp_names(self) -> tuple[str, ...]:
+        """``mcp: [a, b]``, or upstream's block ``mcp:`` with ``servers: [a, b]``."""
+        prop = self._get("mcp")
+        if prop is None:
+            return ()
+        if isinstance(prop.value, ast.BlockValue):
+            servers = next((e for e in prop.value.entries if e.name == "servers"), None)
+            for entry in prop.value.entries:
+                if entry.name != "servers":
+                    self.diags.add(
+                        "C350", f"'mcp:' has no property '{entry.name}' (allowed: servers)",
+                        entry.name_span,
+                    )  # fmt: skip
+            return tuple(self.read.names(servers) or ()) if servers is not None else ()
+        return tuple(self.read.names(prop) or ())
 
     def _expires_in(self) -> float | None:
         prop = self._get("expires_in")

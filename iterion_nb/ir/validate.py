@@ -440,7 +440,7 @@ def _check_mappings(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> No
         for key, _ in edge.mapping:
             if key not in fields and key != "_session_id":  # names a conversation to continue
                 diags.add(
-                    "C034",
+                    "C362",  # a warning, as upstream accepts it: the key is passed along
                     f"'{key}' is not a field of the input schema of '{edge.dst}'"
                     f"{did_you_mean(key, fields)}",
                     draft.key_spans.get((edge.span, key), edge.span),

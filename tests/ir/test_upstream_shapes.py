@@ -29,10 +29,11 @@ CLI = Path(sys.executable).parent / "iterion-nb"
 @pytest.mark.parametrize("path", sorted(UPSTREAM.glob("*.bot")), ids=lambda p: p.stem)
 def test_each_shape_compiles_cleanly(path: Path) -> None:
     result = analyze(path.read_text(), path.name)
-    assert [d.message for d in result.diagnostics] == []
+    # no diagnostic, but the warning that says an upstream property is ignored
+    assert [d.message for d in result.diagnostics if d.code != "C363"] == []
     assert result.workflow is not None and result.workflow.name == path.stem
     done = subprocess.run([str(CLI), "validate", str(path)], capture_output=True, text=True)
-    assert done.returncode == 0 and done.stdout.startswith(f"{path}: ok"), done.stdout
+    assert done.returncode == 0 and f"{path}: ok" in done.stdout, done.stdout
 
 
 async def run(
@@ -311,3 +312,22 @@ def test_the_cli_attaches_files(tmp_path: Path) -> None:
         bad = subprocess.run([*base, *args], cwd=tmp_path, capture_output=True, text=True,
                              timeout=60)  # fmt: skip
         assert bad.returncode != 0 and said in bad.stderr and "Traceback" not in bad.stderr
+
+
+async def test_a_backtick_string_spans_lines_and_mcp_takes_upstream_block_form() -> None:
+    wf = it.compile_file(UPSTREAM / "multiline_raw_and_mcp_block.bot")
+    assert wf.nodes["writer"].mcp == ("words",)  # type: ignore[union-attr]
+    found = analyze((UPSTREAM / "multiline_raw_and_mcp_block.bot").read_text(), "x").diagnostics
+    assert [(d.code, d.severity) for d in found] == [("C363", "warning")]  # worktree: ignored
+    no_agent = wf.source.replace("  script -> writer\n  writer -> done\n", "  script -> done\n")
+    session = Session(MemoryStore())
+    try:
+        handle = await session.start(it.compile(no_agent))
+        assert await handle.wait(20) == "finished", handle.error
+        assert handle.outputs["script"]["stdout"] == "first line\nSECOND\n"
+    finally:
+        await session.close()
+    unclosed = "tool t:\n  command: `echo\n\nworkflow w:\n  entry: t\n  t -> done\n"
+    (problem,) = [d for d in analyze(unclosed, "u.iter").diagnostics if d.code == "S003"]
+    assert (problem.line, problem.column) == (2, 12)
+    assert "the '`' opened here is never closed" in problem.message
