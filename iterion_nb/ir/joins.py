@@ -20,7 +20,7 @@ plain edges (already C019) is searched the slow way.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from iterion_nb.dsl.diagnostics import Diagnostics
 from iterion_nb.ir import model as m
@@ -44,12 +44,32 @@ def check_joins(
 ) -> None:
     """Report C360 at every first meeting point of a fan-out's branches.
 
+    A ``fan_out_all`` router where branches meet joins them as upstream does:
+    it waits for all of them (``await: wait_all`` is set on it) before it fans
+    out again; only other nodes must say how they join.
+
     Args:
         draft: The workflow being checked.
         succ: Successors of each node over non-loop edges.
         pred: Predecessors of each node over non-loop edges.
         diags: Where problems go.
     """
+    for _ in range(len(draft.nodes) + 1):
+        found = _meeting_points(draft, succ, pred)
+        routers = [n for _, n in found if isinstance(n, m.RouterNode) and n.mode == "fan_out_all"]
+        if not routers:
+            break
+        for router in routers:  # an implicit join; then look again past it
+            draft.nodes[router.name] = replace(router, await_mode="wait_all")
+    for router_name, node in found:
+        _report(router_name, node, diags)
+
+
+def _meeting_points(
+    draft: Draft, succ: dict[str, list[str]], pred: dict[str, list[str]]
+) -> list[tuple[str, m.Node]]:
+    """Every (router, node) where the router's branches first meet at a node without await."""
+    out: list[tuple[str, m.Node]] = []
     births: dict[str, int] = {}
     owners: list[_Branches] = []  # one entry per bit
     own: dict[str, int] = {}
@@ -66,11 +86,10 @@ def check_joins(
             births[start] = births.get(start, 0) | (1 << (first + index))
             owners.append(branches)
     if not owners:
-        return
+        return out
     order = _topological(draft, succ)
     if order is None:
-        _check_by_search(draft, succ, pred, diags)
-        return
+        return _search(draft, succ, pred)
     labels = _propagate(draft, order, succ, births, own)
     for name in order:
         node = draft.nodes[name]
@@ -78,7 +97,8 @@ def check_joins(
         if node.await_mode is not None or (name not in births and len(set(preds)) < 2):
             continue  # one way in: the node carries its predecessor's branches
         for branches in _meetings(labels, name, preds, owners):
-            _report(branches.router, node, diags)
+            out.append((branches.router, node))
+    return out
 
 
 def _propagate(
@@ -150,10 +170,11 @@ def _report(router: str, node: m.Node, diags: Diagnostics) -> None:
     )
 
 
-def _check_by_search(
-    draft: Draft, succ: dict[str, list[str]], pred: dict[str, list[str]], diags: Diagnostics
-) -> None:
-    """The same check, one router and one branch at a time (for graphs with a cycle)."""
+def _search(
+    draft: Draft, succ: dict[str, list[str]], pred: dict[str, list[str]]
+) -> list[tuple[str, m.Node]]:
+    """The same search, one router and one branch at a time (for graphs with a cycle)."""
+    out: list[tuple[str, m.Node]] = []
     for router in draft.nodes.values():
         if not (isinstance(router, m.RouterNode) and router.mode == "fan_out_all"):
             continue
@@ -170,7 +191,8 @@ def _check_by_search(
                 continue
             if any(branches.get(p) == seen_by for p in pred.get(name, [])):
                 continue
-            _report(router.name, node, diags)
+            out.append((router.name, node))
+    return out
 
 
 def _branch_nodes(start: str, router: str, succ: dict[str, list[str]], draft: Draft) -> set[str]:

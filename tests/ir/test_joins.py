@@ -10,7 +10,7 @@ from iterion_nb.dsl import parse_source
 from iterion_nb.dsl.diagnostics import Diagnostics
 from iterion_nb.dsl.source import Source
 from iterion_nb.ir.build import Builder
-from iterion_nb.ir.joins import _check_by_search, check_joins
+from iterion_nb.ir.joins import _meeting_points, _search
 
 
 @st.composite
@@ -33,7 +33,7 @@ def graphs(draw: st.DrawFn) -> str:
     return "\n".join(lines) + "\nworkflow w:\n  entry: n0\n" + "\n".join(edges) + "\n"
 
 
-def both(text: str) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+def both(text: str) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     diags = Diagnostics()
     draft = Builder(diags).build(parse_source(Source("g.iter", text), diags))
     succ: dict[str, list[str]] = {}
@@ -42,10 +42,9 @@ def both(text: str) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
         if edge.src in draft.nodes and (edge.dst in draft.nodes or edge.dst in ("done", "fail")):
             succ.setdefault(edge.src, []).append(edge.dst)
             pred.setdefault(edge.dst, []).append(edge.src)
-    fast, slow = Diagnostics(), Diagnostics()
-    check_joins(draft, succ, pred, fast)
-    _check_by_search(draft, succ, pred, slow)
-    return ({(d.message, d.line) for d in fast}, {(d.message, d.line) for d in slow})
+    fast = _meeting_points(draft, succ, pred)
+    slow = _search(draft, succ, pred)
+    return ({(r, n.name) for r, n in fast}, {(r, n.name) for r, n in slow})
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

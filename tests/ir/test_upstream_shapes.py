@@ -331,3 +331,17 @@ async def test_a_backtick_string_spans_lines_and_mcp_takes_upstream_block_form()
     (problem,) = [d for d in analyze(unclosed, "u.iter").diagnostics if d.code == "S003"]
     assert (problem.line, problem.column) == (2, 12)
     assert "the '`' opened here is never closed" in problem.message
+
+
+async def test_a_fan_out_router_where_branches_meet_waits_for_all_of_them() -> None:
+    wf = it.compile_file(UPSTREAM / "router_join.bot")
+    assert wf.nodes["verdicts"].await_mode == "wait_all"  # implicit, as upstream
+    scenario = {"nodes": {n: [{"text": n.upper()}] for n in
+                          ("review", "scan", "claude_verdict", "gpt_verdict")}}  # fmt: skip
+    handle, events = await run("router_join", scenario)
+    assert handle.status == "finished", handle.error
+    started = [e.node_id for e in events if e.type == "node_started"]
+    assert started.count("verdicts") == 1  # once, after both branches arrived
+    assert started.index("verdicts") > max(started.index("review"), started.index("scan"))
+    asked = next(e for e in events if e.type == "llm_request" and e.node_id == "claude_verdict")
+    assert "Verdict: REVIEW / SCAN" in repr(asked.data["messages"])
