@@ -1,6 +1,6 @@
 """MCP servers (issue 20 item 5): agents call their tools, on every provider and the claude CLI.
 
-The server is tests/fixtures/mcp/words.py, a real MCP server over stdio,
+The server is notebooks/words_server.py, a real MCP server over stdio,
 started by the node's backend (the in-process loop through the official
 ``mcp`` SDK; Claude Code by itself). A scenario names its tools
 ``words__shout``; the claude CLI offers them as ``mcp__words__shout``.
@@ -23,7 +23,8 @@ from iterion_nb.ir import analyze
 
 from .conftest import Harness
 
-SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "mcp" / "words.py"
+#: The tour's MCP server (notebooks/03 gives it to its agent): one server for both.
+SERVER = Path(__file__).resolve().parents[2] / "notebooks" / "words_server.py"
 
 FLOW = f"""\
 mcp_server words:
