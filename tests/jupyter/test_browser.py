@@ -243,21 +243,48 @@ NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook"
 ERRORS = f"{NOTEBOOK} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
 
 
+KERNEL_READY = """() => {
+    const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const kernel = panel && panel.sessionContext && panel.sessionContext.session
+        && panel.sessionContext.session.kernel;
+    return !!kernel && kernel.connectionStatus === "connected" && kernel.status === "idle";
+}"""
+
+KERNEL_STATE = """() => {
+    const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const context = panel && panel.sessionContext;
+    const kernel = context && context.session && context.session.kernel;
+    return JSON.stringify({panel: !!panel, session: !!(context && context.session),
+        connection: kernel && kernel.connectionStatus, status: kernel && kernel.status,
+        dialogs: [...document.querySelectorAll('.jp-Dialog')].map((d) => d.innerText)});
+}"""
+
+
 def open_notebook(page: Any, lab: dict[str, Any], path: str) -> None:
+    """Open ``path`` alone in its workspace and wait until its kernel is connected and idle.
+
+    Before running anything the page's kernel connection must be up (an execution
+    sent while it is still connecting is silently dropped). A loaded machine can
+    leave a first page load waiting for its kernel (seen once in CI under a second
+    ipykernel): after 45 s a dialog in the way is accepted and the page reloaded,
+    three times at most; the failure then says what the page's kernel was doing.
+    """
     workspace = path.replace(".", "-").replace("/", "-")  # only this notebook is open
     page.goto(f"{lab['url']}/lab/workspaces/{workspace}/tree/{path}?reset&token={lab['token']}")
-    page.wait_for_selector(f"{NOTEBOOK} .jp-Cell", timeout=60_000)
-    # before running anything, the page's kernel connection must be up and idle
-    # (an execution sent while it is still connecting is silently dropped)
-    page.wait_for_function(
-        """() => {
-            const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-            const kernel = panel && panel.sessionContext && panel.sessionContext.session
-                && panel.sessionContext.session.kernel;
-            return !!kernel && kernel.connectionStatus === "connected" && kernel.status === "idle";
-        }""",
-        timeout=60_000,
-    )
+    for attempt in range(3):
+        page.wait_for_selector(f"{NOTEBOOK} .jp-Cell", timeout=60_000)
+        try:
+            page.wait_for_function(KERNEL_READY, timeout=45_000)
+            return
+        except Exception:  # playwright's TimeoutError: retried below, reported at the end
+            state = page.evaluate(KERNEL_STATE)
+            if attempt == 2:
+                raise AssertionError(f"the notebook's kernel never became ready: {state}") from None
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        if accept.count():
+            accept.first.click()
+            continue
+        page.reload()
 
 
 def run_cells(page: Any, count: int, start: int = 0) -> None:
