@@ -64,9 +64,14 @@ class McpTool:
 class McpConnections:
     """The MCP servers of one node call, connected while the call runs."""
 
-    def __init__(self, node: str, servers: tuple[m.McpServer, ...], workdir: str) -> None:
+    def __init__(
+        self, node: str, servers: tuple[m.McpServer, ...], workdir: str,
+        named: tuple[str, ...] = (),
+    ) -> None:  # fmt: skip
         self.node = node
         self.servers = servers
+        #: The node's ``tools:``: its ``mcp.SERVER.TOOL`` entries choose among a server's tools.
+        self.named = named
         self.workdir = workdir
         self.tools: dict[str, McpTool] = {}
         self._stack = contextlib.AsyncExitStack()
@@ -116,10 +121,25 @@ class McpConnections:
                     f"MCP server '{server.name}' ({server.transport}) failed: {err}"
                     + (f" (stderr: {said})" if said else ""),
                 ) from None
-            for tool in listed.tools:
-                wrapped = McpTool(server.name, client, tool)
-                self.tools[wrapped.name] = wrapped
+            await self._offer(server.name, client, listed.tools)
         return self
+
+    async def _offer(self, server: str, client: Any, tools: list[Any]) -> None:
+        """The server's tools the node chose (all of them unless ``tools:`` names some)."""
+        chosen = m.mcp_tool_choice(self.named, server)
+        have = {str(tool.name) for tool in tools}
+        missing = sorted(chosen - have) if chosen is not None else []
+        if missing:
+            await self._stack.aclose()
+            raise NodeError(
+                self.node,
+                f"MCP server '{server}' has no tool {', '.join(map(repr, missing))}"
+                f" (it has: {', '.join(sorted(have)) or 'none'})",
+            )
+        for tool in tools:
+            if chosen is None or str(tool.name) in chosen:
+                wrapped = McpTool(server, client, tool)
+                self.tools[wrapped.name] = wrapped
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -140,6 +160,18 @@ def expanded(server: m.McpServer) -> m.McpServer:
         args=tuple(expand_env(a) for a in server.args),
         url=None if server.url is None else expand_env(server.url),
     )
+
+
+def cli_allowed(servers: tuple[m.McpServer, ...], named: tuple[str, ...]) -> list[str]:
+    """Claude Code's ``allowed_tools`` for the servers: all of a server's, or those named."""
+    allowed: list[str] = []
+    for server in servers:
+        chosen = m.mcp_tool_choice(named, server.name)
+        if chosen is None:
+            allowed.append(f"mcp__{server.name}")
+        else:
+            allowed += [f"mcp__{server.name}__{tool}" for tool in sorted(chosen)]
+    return allowed
 
 
 def cli_servers(servers: tuple[m.McpServer, ...]) -> dict[str, dict[str, Any]]:

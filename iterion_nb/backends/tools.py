@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import pydantic
 
 from iterion_nb.backends.providers.base import ToolSpec
+from iterion_nb.ir.model import MCP_TOOL_PREFIX
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -177,9 +178,14 @@ BUILTINS: dict[str, Tool] = {
 
 
 def resolve_tools(names: tuple[str, ...], readonly: bool) -> dict[str, Tool]:
-    """The tools a node names: built-ins and registered ones; KeyError names unknown ones."""
+    """The tools a node names: built-ins and registered ones; KeyError names unknown ones.
+
+    ``mcp.SERVER.TOOL`` names are left to :class:`~iterion_nb.backends.mcp.McpConnections`.
+    """
     found: dict[str, Tool] = {}
     for name in names:
+        if name.startswith(MCP_TOOL_PREFIX):
+            continue  # an MCP server's tool: offered once its server is connected
         chosen = REGISTRY.get(name) or BUILTINS.get(name)
         if chosen is None:
             known = ", ".join(sorted({*REGISTRY, *BUILTINS}))

@@ -27,6 +27,7 @@ _TOKEN_RE = re.compile(
   | (?P<comment>\#\#.*)
   | (?P<arrow>->)
   | (?P<number>-?[0-9]+(?:\.[0-9]+)?[A-Za-z0-9_]*)
+  | (?P<dotted>[A-Za-z_][A-Za-z0-9_]*+(?:\.[A-Za-z_][A-Za-z0-9_]*+)++(?:\.\*)?+)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<string>"[^"\\]*+(?:\\.[^"\\]*+)*+")
   | (?P<open_string>".*)
@@ -37,7 +38,12 @@ _TOKEN_RE = re.compile(
     """,
     re.VERBOSE,
 )
-_SIMPLE = {"arrow": TokenKind.ARROW, "number": TokenKind.NUMBER, "ident": TokenKind.IDENT}
+_SIMPLE = {
+    "arrow": TokenKind.ARROW,
+    "number": TokenKind.NUMBER,
+    "ident": TokenKind.IDENT,
+    "dotted": TokenKind.DOTTED,  # a value only: `tools: [mcp.server.tool]`, `board.read`
+}
 _ESCAPE_RE = re.compile(r"\\(.)")
 
 _PUNCT = {

@@ -390,6 +390,9 @@ class Parser:
             if self._at(TokenKind.LPAREN):
                 return self._call(token)
             return ast.IdentValue(token.text, token.span)
+        if token.kind is TokenKind.DOTTED:  # only values may be dotted names
+            self._advance()
+            return ast.IdentValue(token.text, token.span)
         if token.kind is TokenKind.LBRACKET:
             return self._list()
         if token.kind is TokenKind.LBRACE:
@@ -494,16 +497,12 @@ class Parser:
         if self._at(TokenKind.IDENT, "else"):
             raise self._error("an edge has 'when' or 'else', not both", self.tok.span)
         if self._at(TokenKind.IDENT, "as"):
-            as_ = self._advance()
-            loop_name = self._expect_ident("a loop name after 'as'")
-            self._expect(TokenKind.LPAREN, f"'(' and a bound after loop '{loop_name.text}'")
-            bound_tok = self._expect(TokenKind.NUMBER, "the loop's iteration bound")
-            close = self._expect(TokenKind.RPAREN, "')'")
-            bound = ast.NumberValue(bound_tok.text, bound_tok.span)
-            loop = ast.LoopDecl(loop_name.text, loop_name.span, bound, as_.span.to(close.span))
+            loop = self._loop()
         if self._at(TokenKind.IDENT, "with"):
             self._advance()
             with_ = self._map()
+            if loop is None and self._at(TokenKind.IDENT, "as"):  # upstream: `with {…} as l(n)`
+                loop = self._loop()
         end = self._prev_span()
         if not self._at(TokenKind.NEWLINE) and not self._at(TokenKind.EOF):
             raise self._error(
@@ -515,6 +514,16 @@ class Parser:
         return ast.EdgeDecl(
             src.text, src.span, dst.text, dst.span, when, loop, with_, src.span.to(end), otherwise
         )
+
+    def _loop(self) -> ast.LoopDecl:
+        """``as NAME(BOUND)``."""
+        as_ = self._advance()
+        loop_name = self._expect_ident("a loop name after 'as'")
+        self._expect(TokenKind.LPAREN, f"'(' and a bound after loop '{loop_name.text}'")
+        bound_tok = self._expect(TokenKind.NUMBER, "the loop's iteration bound")
+        close = self._expect(TokenKind.RPAREN, "')'")
+        bound = ast.NumberValue(bound_tok.text, bound_tok.span)
+        return ast.LoopDecl(loop_name.text, loop_name.span, bound, as_.span.to(close.span))
 
     def _when(self, kw: Token) -> ast.WhenField | ast.WhenExpr:
         if self._at(TokenKind.STRING):

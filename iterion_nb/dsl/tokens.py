@@ -14,6 +14,7 @@ class TokenKind(StrEnum):
     """What a token is."""
 
     IDENT = "identifier"
+    DOTTED = "dotted name"
     STRING = "string"
     NUMBER = "number"
     RAW = "text block"
@@ -56,7 +57,7 @@ class Token(NamedTuple):
 
     def describe(self) -> str:
         """How an error message names this token."""
-        if self.kind in (TokenKind.IDENT, TokenKind.NUMBER):
+        if self.kind in (TokenKind.IDENT, TokenKind.NUMBER, TokenKind.DOTTED):
             return f"'{shorten(self.text)}'"
         if self.kind is TokenKind.STRING:
             return "a string"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from iterion_nb.dsl import ast
 from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
@@ -42,6 +42,20 @@ UNSUPPORTED_WORKFLOW_PROPERTIES = {
     "sandbox": "tools run in a container",
     "compaction": "long conversations are compacted",
 }
+
+#: Upstream's node properties this build does not implement: read, warned about (C363).
+UNSUPPORTED_NODE_PROPERTIES = {
+    "capabilities": ("its native task board's tools", ("agent", "judge")),
+    "memory": ("memory_read / memory_write / memory_list tools", ("agent", "judge")),
+    "sandbox": ("a container per node", ("agent", "judge", "tool")),
+    "compaction": ("compacting long conversations", ("agent", "judge")),
+}
+
+#: Upstream's registry of capabilities (``capabilities:`` entries it knows; C080 otherwise).
+KNOWN_CAPABILITIES = (
+    "board.read", "board.create", "board.move", "board.assign", "board.label", "board.close",
+)  # fmt: skip
+_CAPABILITY = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?\Z")
 
 #: An accept_mime entry: type/subtype, either part may be ``*``.
 _MIME = re.compile(r"(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)/(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)")
@@ -78,6 +92,10 @@ class Draft:
     attachments: dict[str, m.Attachment] = field(default_factory=dict)
     #: ``mcp_server NAME:`` declarations.
     mcp_servers: dict[str, m.McpServer] = field(default_factory=dict)
+    #: The workflow's ``mcp:`` servers (less its ``disable``), which agents inherit.
+    mcp_active: tuple[str, ...] = ()
+    #: Where the workflow's ``mcp:`` names each server (for an unknown one's error).
+    mcp_spans: dict[str, Span] = field(default_factory=dict)
     #: ``presets:``: variable values by preset name.
     presets: dict[str, dict[str, object]] = field(default_factory=dict)
     #: For each node, the fields the `with` mappings of its incoming edges build, by source.
@@ -364,6 +382,10 @@ class Builder:
         allowed = ALLOWED[decl.kind]
         props: dict[str, ast.Property] = {}
         for prop in decl.properties:
+            upstream = UNSUPPORTED_NODE_PROPERTIES.get(prop.name)
+            if upstream is not None and decl.kind in upstream[1]:
+                self._upstream_only(decl, prop, upstream[0])
+                continue
             if prop.name not in allowed:
                 self.diags.add(
                     "C350",
@@ -377,6 +399,50 @@ class Builder:
                 continue
             props[prop.name] = prop
         return props
+
+    def _upstream_only(self, decl: ast.NodeDecl, prop: ast.Property, what: str) -> None:
+        """An upstream node property this build does not do: checked as upstream, else C363."""
+        if prop.name == "capabilities" and self._capabilities(prop):
+            return
+        if prop.name == "memory" and isinstance(prop.value, ast.BlockValue):
+            entries = {e.name: e for e in prop.value.entries}
+            enabled = entries.get("enabled")
+            if enabled is not None and self.read.boolean(enabled) and "scope" not in entries:
+                self.diags.add(
+                    "C048",
+                    "'memory:' is enabled without 'scope: NAME' (iterion_nb ignores 'memory:')",
+                    prop.name_span,
+                )
+                return
+        self.diags.add(
+            "C363",
+            f"'{prop.name}:' on {decl.kind} '{decl.name}' is upstream iterion's ({what});"
+            " iterion_nb does not do it and ignores it",
+            prop.name_span,
+        )
+
+    def _capabilities(self, prop: ast.Property) -> bool:
+        """C081 for a malformed entry, C080 for one upstream's registry does not know."""
+        found = False
+        for name in self.read.names(prop) or ():
+            if not _CAPABILITY.match(name):
+                self.diags.add(
+                    "C081",
+                    f"malformed capability '{name}': expected a lowercase domain or"
+                    " domain.action, such as board.create",
+                    prop.value.span,
+                )
+                found = True
+            elif name not in KNOWN_CAPABILITIES:
+                self.diags.add(
+                    "C080",
+                    f"unknown capability '{name}'{did_you_mean(name, KNOWN_CAPABILITIES)}"
+                    f" (known: {', '.join(KNOWN_CAPABILITIES)}; iterion_nb ignores"
+                    " 'capabilities:')",
+                    prop.value.span,
+                )
+                found = True
+        return found
 
     def prompt_or_text(self, prop: ast.Property, node: str) -> Template | None:
         """A prompt name (looked up) or an inline quoted template."""
@@ -464,8 +530,47 @@ class Builder:
             self.draft.default_backend = backend or "claw"
         if "budget" in props:
             self.draft.budget = self._budget(props["budget"])
+        if "mcp" in props:
+            self._workflow_mcp(props["mcp"])
         for edge in wf.edges:
             self._edge(edge)
+
+    def mcp_block(self, block: ast.BlockValue, allowed: tuple[str, ...]) -> dict[str, ast.Property]:
+        """The entries of an ``mcp:`` block, by name (others get C350)."""
+        found: dict[str, ast.Property] = {}
+        for entry in block.entries:
+            if entry.name not in allowed:
+                self.diags.add(
+                    "C350",
+                    f"'mcp:' has no property '{entry.name}'{did_you_mean(entry.name, allowed)}"
+                    f" (allowed: {', '.join(allowed)})",
+                    entry.name_span,
+                )
+            elif entry.name in found:
+                self.diags.add("C351", f"'{entry.name}' is given twice", entry.name_span)
+            else:
+                found[entry.name] = entry
+        return found
+
+    def _workflow_mcp(self, prop: ast.Property) -> None:
+        """The workflow's ``mcp:``: the servers every agent uses unless it says otherwise.
+
+        ``servers`` less ``disable``; ``autoload_project`` is read (there is no
+        project MCP file to load here).
+        """
+        if not isinstance(prop.value, ast.BlockValue):
+            self.draft.mcp_active = tuple(self.read.names(prop) or ())
+            self.draft.mcp_spans = {name: prop.value.span for name in self.draft.mcp_active}
+            return
+        found = self.mcp_block(prop.value, ("servers", "disable", "autoload_project"))
+        if "autoload_project" in found:
+            self.read.boolean(found["autoload_project"])
+        servers = tuple(self.read.names(found["servers"]) or ()) if "servers" in found else ()
+        disable = tuple(self.read.names(found["disable"]) or ()) if "disable" in found else ()
+        for name, entry in (*((n, found["servers"]) for n in servers),
+                            *((n, found["disable"]) for n in disable)):  # fmt: skip
+            self.draft.mcp_spans.setdefault(name, entry.value.span)
+        self.draft.mcp_active = tuple(n for n in dict.fromkeys(servers) if n not in disable)
 
     def _entry(self, wf: ast.WorkflowDecl, prop: ast.Property | None) -> None:
         if prop is None:
@@ -681,7 +786,7 @@ class _NodeBuilder:
             system=self._text("system"),
             user=self._text("user"),
             tools=cast("tuple[str, ...]", self._opt("tools", "names") or ()),
-            mcp=self._mcp_names(),
+            **self._mcp_fields(),
             tool_max_steps=cast("int | None", self._opt("tool_max_steps", "integer", 1)),
             max_tokens=cast("int | None", self._opt("max_tokens", "integer", 1)),
             reasoning_effort=cast("str | None", effort),
@@ -752,21 +857,24 @@ class _NodeBuilder:
             on_expire=self._on_expire(),
         )
 
-    def _mcp_names(self) -> tuple[str, ...]:
-        """``mcp: [a, b]``, or upstream's block ``mcp:`` with ``servers: [a, b]``."""
+    def _mcp_fields(self) -> dict[str, Any]:
+        servers, disable, inherit = self._mcp_config()
+        return {"mcp": servers, "mcp_disable": disable, "mcp_inherit": inherit}
+
+    def _mcp_config(self) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+        """``mcp: [a, b]``, or upstream's block: ``servers``, ``disable``, ``inherit``."""
         prop = self._get("mcp")
         if prop is None:
-            return ()
-        if isinstance(prop.value, ast.BlockValue):
-            servers = next((e for e in prop.value.entries if e.name == "servers"), None)
-            for entry in prop.value.entries:
-                if entry.name != "servers":
-                    self.diags.add(
-                        "C350", f"'mcp:' has no property '{entry.name}' (allowed: servers)",
-                        entry.name_span,
-                    )  # fmt: skip
-            return tuple(self.read.names(servers) or ()) if servers is not None else ()
-        return tuple(self.read.names(prop) or ())
+            return (), (), True
+        if not isinstance(prop.value, ast.BlockValue):
+            return tuple(self.read.names(prop) or ()), (), True
+        found = self.b.mcp_block(prop.value, ("servers", "disable", "inherit"))
+        inherit = found.get("inherit")
+        return (
+            tuple(self.read.names(found["servers"]) or ()) if "servers" in found else (),
+            tuple(self.read.names(found["disable"]) or ()) if "disable" in found else (),
+            bool(self.read.boolean(inherit)) if inherit is not None else True,
+        )
 
     def _expires_in(self) -> float | None:
         prop = self._get("expires_in")

@@ -107,14 +107,37 @@ class AgentNode(NodeBase):
     system: Template | None = None
     user: Template | None = None
     tools: tuple[str, ...] = ()
-    #: MCP servers (declared ``mcp_server``) whose tools this agent may call.
+    #: MCP servers (declared ``mcp_server``) whose tools this agent may call: once
+    #: compiled, every active one (the workflow's ``mcp:`` unless ``inherit: false``,
+    #: the node's, the servers its ``tools:`` name, less ``disable``).
     mcp: tuple[str, ...] = ()
+    #: ``mcp: disable: [...]``: servers of the workflow this node does not use.
+    mcp_disable: tuple[str, ...] = ()
+    #: ``mcp: inherit: false``: the workflow's MCP servers are not this node's.
+    mcp_inherit: bool = True
     tool_max_steps: int | None = None
     max_tokens: int | None = None
     reasoning_effort: str | None = None
     readonly: bool = False
     session: SessionMode = "fresh"
     interaction: InteractionMode = "none"
+
+
+def mcp_tool_choice(tools: tuple[str, ...], server: str) -> frozenset[str] | None:
+    """The tools of MCP server ``server`` that ``tools:`` names (``mcp.SERVER.TOOL``).
+
+    None when it names none of them or ``mcp.SERVER.*``: then every tool of the
+    server is offered.
+    """
+    prefix = f"{MCP_TOOL_PREFIX}{server}."
+    chosen = {name.removeprefix(prefix) for name in tools if name.startswith(prefix)}
+    if not chosen or "*" in chosen:
+        return None
+    return frozenset(chosen)
+
+
+#: How ``tools:`` names an MCP server's tool: ``mcp.SERVER.TOOL`` (or ``mcp.SERVER.*``).
+MCP_TOOL_PREFIX = "mcp."
 
 
 @dataclass(frozen=True, slots=True)

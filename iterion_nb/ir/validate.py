@@ -8,6 +8,7 @@ from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
 from iterion_nb.ir import model as m
 from iterion_nb.ir.build import Draft
 from iterion_nb.ir.joins import check_joins
+from iterion_nb.ir.mcp_use import resolve_mcp
 from iterion_nb.ir.models import serves, static_text, unservable_message
 from iterion_nb.ir.refs import RefChecker, input_fields, output_fields
 
@@ -21,6 +22,7 @@ def validate(draft: Draft, diags: Diagnostics) -> None:
     _check_reach(draft, edges, diags)
     _check_joins(draft, edges, diags)
     _check_nodes(draft, diags)
+    resolve_mcp(draft, diags)
     _check_mappings(draft, edges, diags)
     refs = RefChecker(draft, members, diags)
     refs.check_prompts()
@@ -347,16 +349,6 @@ def _check_nodes(draft: Draft, diags: Diagnostics) -> None:
                 f" 'session: {session}': there is no single session to continue",
                 node.span,
             )
-        if isinstance(node, m.AgentNode):
-            for server in node.mcp:
-                if server not in draft.mcp_servers:
-                    known = ", ".join(draft.mcp_servers) or "none"
-                    diags.add(
-                        "C025",
-                        f"'{node.name}' uses MCP server '{server}', which is not declared"
-                        f"{did_you_mean(server, draft.mcp_servers)} (declared: {known})",
-                        node.span,
-                    )
         if isinstance(node, m.AwaitAnswersNode) and node.from_node is not None:
             _check_await_from(node, draft, diags)
         if isinstance(node, m.ComputeNode):

@@ -129,3 +129,98 @@ async def test_an_mcp_server_over_http(harness_factory: Any, http_server: str) -
     run = await h.start(source)
     assert await run.wait(60) == "finished", run.error
     assert "OVER HTTP" in h.last_user_text("writer", 1)
+
+
+# -- upstream's forms: the workflow's mcp:, inherit / disable, tools: [mcp.SERVER.TOOL] ---------
+WORKFLOW_MCP = f"""\
+mcp_server words:
+  command: "{sys.executable}"
+  args: ["{SERVER}"]
+
+agent writer:
+  model: "scripted"
+  tools: [mcp.words.shout]
+  user: "Shout hello."
+
+agent quiet:
+  model: "scripted"
+  mcp:
+    inherit: false
+  user: "Say nothing."
+
+workflow w:
+  mcp:
+    servers: [words]
+  entry: writer
+  writer -> quiet
+  quiet -> done
+"""
+
+
+async def test_tools_named_mcp_server_tool_are_the_only_ones_offered(harness_factory: Any) -> None:
+    """The workflow's server reaches the agent; ``tools:`` keeps shout, so refuse never runs."""
+    h: Harness = harness_factory({"nodes": {
+        "writer": [
+            {"tool_calls": [{"name": "words__shout", "input": {"text": "hello"}}]},
+            {"tool_calls": [{"name": "words__refuse", "input": {"reason": "too loud"}}]},
+            {"text": "Done."},
+        ],
+        "quiet": [
+            {"tool_calls": [{"name": "words__shout", "input": {"text": "psst"}}]},
+            {"text": "Quiet."},
+        ],
+    }})  # fmt: skip
+    run = await h.start(WORKFLOW_MCP)
+    assert await run.wait(90) == "finished", run.error
+    assert "HELLO" in h.last_user_text("writer", 1)
+    assert "refused: too loud" not in h.last_user_text("writer", 2)  # not offered: not run
+    assert "PSST" not in h.last_user_text("quiet", 1)  # inherit: false: no server at all
+
+
+def test_the_workflows_mcp_servers_reach_every_agent_unless_it_opts_out() -> None:
+    flow = it.compile(WORKFLOW_MCP)
+    writer, quiet = flow.nodes["writer"], flow.nodes["quiet"]
+    assert getattr(writer, "mcp", None) == ("words",)
+    assert getattr(quiet, "mcp", None) == ()
+    disabled = it.compile(
+        WORKFLOW_MCP.replace("    inherit: false", "    disable: [words]")
+        .replace("  tools: [mcp.words.shout]\n", "")
+    )  # fmt: skip
+    assert getattr(disabled.nodes["writer"], "mcp", None) == ("words",)
+    assert getattr(disabled.nodes["quiet"], "mcp", None) == ()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("[mcp.words.shout]", "[mcp.wrods.shout]"),
+         "names tool 'mcp.wrods.shout' of MCP server 'wrods', which is not declared;"
+         " did you mean 'words'?"),
+        (("[mcp.words.shout]", "[words.shout]"),
+         "only an MCP server's tools have dotted names, written mcp.SERVER.TOOL"),
+        (("    servers: [words]", "    servers: [wordz]"),
+         "the workflow's 'mcp:' uses MCP server 'wordz', which is not declared"),
+        (("    inherit: false", "    disable: [words]\n  tools: [mcp.words.shout]"),
+         "'quiet' names 'mcp.words.shout', but its 'mcp: disable' turns server 'words' off"),
+    ],
+)  # fmt: skip
+def test_mcp_tool_name_mistakes_are_named(change: tuple[str, str], message: str) -> None:
+    source = WORKFLOW_MCP.replace(*change)
+    assert source != WORKFLOW_MCP
+    found = [d.message for d in analyze(source, "w.iter").diagnostics]
+    assert any(message in m for m in found), found
+
+
+async def test_a_named_tool_the_server_lacks_fails_the_node_clearly() -> None:
+    from iterion_nb.session import Session
+    from iterion_nb.store import MemoryStore
+
+    source = WORKFLOW_MCP.replace("[mcp.words.shout]", "[mcp.words.whisper]")
+    session = Session(MemoryStore(), scenario={"nodes": {"writer": [{"text": "x"}]}})
+    try:
+        run = await session.start(it.compile(source))
+        assert await run.wait(60) == "failed_resumable"
+        assert run.error is not None
+        assert "MCP server 'words' has no tool 'whisper' (it has: refuse, shout)" in run.error
+    finally:
+        await session.close()

@@ -345,3 +345,19 @@ async def test_a_fan_out_router_where_branches_meet_waits_for_all_of_them() -> N
     assert started.index("verdicts") > max(started.index("review"), started.index("scan"))
     asked = next(e for e in events if e.type == "llm_request" and e.node_id == "claude_verdict")
     assert "Verdict: REVIEW / SCAN" in repr(asked.data["messages"])
+
+
+def test_agents_read_upstreams_tool_names_capabilities_memory_and_late_loops() -> None:
+    source = (UPSTREAM / "board_agents.bot").read_text()
+    wf = it.compile(source)
+    drafter, reviewer = wf.nodes["drafter"], wf.nodes["reviewer"]
+    assert getattr(drafter, "mcp", None) == ("words",)  # the workflow's server
+    assert getattr(drafter, "tools", None) == ("read_file", "mcp.words.shout")
+    assert getattr(reviewer, "mcp", None) == ()  # inherit: false
+    (loop,) = [e.loop for e in wf.edges if e.loop is not None]
+    assert loop == "redraft" and wf.loops[loop].max_iterations == 2
+    warned = [d.message for d in analyze(source, "b.bot").diagnostics]
+    assert len(warned) == 2 and all("iterion_nb does not do it and ignores it" in w
+                                    for w in warned)  # fmt: skip
+    assert "'capabilities:' on agent 'drafter'" in warned[0]
+    assert "'memory:' on agent 'drafter'" in warned[1]

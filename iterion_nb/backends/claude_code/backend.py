@@ -32,7 +32,7 @@ from typing import Any
 
 from iterion_nb.backends.claw import interaction as it_tools
 from iterion_nb.backends.claw.loop import AgentLoop
-from iterion_nb.backends.mcp import cli_servers
+from iterion_nb.backends.mcp import cli_allowed, cli_servers
 from iterion_nb.errors import AlreadyAnsweredError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import BackendRequest, BackendResult
@@ -334,8 +334,9 @@ class _Session:
         sdk = self.sdk
         node = self.node
         names = [PREFIX + spec.name for spec in self.loop.specs]
-        # the node's MCP servers: Claude Code starts them; every tool of each is allowed
-        names += [f"mcp__{server.name}" for server in self.request.mcp_servers]
+        # the node's MCP servers: Claude Code starts them; each one's tools that the node
+        # names (mcp.SERVER.TOOL), or all of them, are allowed
+        names += cli_allowed(self.request.mcp_servers, node.tools)
         env = {
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",

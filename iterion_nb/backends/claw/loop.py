@@ -181,7 +181,8 @@ class AgentLoop:
     async def run(self) -> BackendResult:
         """Turn after turn until a final answer that fits (or a pause, or a failure)."""
         servers = self.request.mcp_servers
-        async with McpConnections(self.node.name, servers, self.request.workdir) as mcp:
+        connections = McpConnections(self.node.name, servers, self.request.workdir, self.node.tools)
+        async with connections as mcp:
             self.tools.update(mcp.tools)  # the MCP servers' tools, while they are connected
             self._specs = self._specs + [t.spec for t in mcp.tools.values()]
             bell = getattr(self.ctx.store, "doorbell", None)

@@ -1,0 +1,102 @@
+"""Which MCP servers each agent uses, once the whole workflow is read.
+
+An agent uses the workflow's ``mcp:`` servers (unless its own ``mcp:`` says
+``inherit: false``), its own ``mcp:`` servers, and the server of every
+``mcp.SERVER.TOOL`` its ``tools:`` names, less what its ``disable:`` turns off
+(upstream iterion's rules). Unknown servers are C025; a malformed dotted tool
+name, or one of an undeclared server, C364.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from iterion_nb.dsl import ast
+from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
+from iterion_nb.dsl.source import Span
+from iterion_nb.ir import model as m
+from iterion_nb.ir.build import Draft
+
+
+def resolve_mcp(draft: Draft, diags: Diagnostics) -> None:
+    """Check every server name, then give each agent its active servers."""
+    for name in draft.mcp_spans:
+        _known(draft, name, "the workflow's 'mcp:'", draft.mcp_spans[name], diags)
+    for name, node in list(draft.nodes.items()):
+        if isinstance(node, m.AgentNode):
+            draft.nodes[name] = _resolved(draft, node, diags)
+
+
+def _resolved(draft: Draft, node: m.AgentNode, diags: Diagnostics) -> m.AgentNode:
+    mcp_span = _value_span(draft, node, "mcp")
+    for server in (*node.mcp, *node.mcp_disable):
+        _known(draft, server, f"'{node.name}'", mcp_span, diags)
+    from_tools: list[str] = []
+    tools_span = _value_span(draft, node, "tools")
+    for tool in node.tools:
+        if "." not in tool:
+            continue
+        named = _tool_server(draft, node, tool, tools_span, diags)
+        if named is None:
+            continue
+        server = named
+        if server in node.mcp_disable:
+            diags.add(
+                "C364",
+                f"'{node.name}' names '{tool}', but its 'mcp: disable' turns server '{server}' off",
+                tools_span,
+            )
+        from_tools.append(server)
+    inherited = draft.mcp_active if node.mcp_inherit else ()
+    active = [
+        s for s in dict.fromkeys((*inherited, *node.mcp, *from_tools))
+        if s not in node.mcp_disable and s in draft.mcp_servers
+    ]  # fmt: skip
+    return replace(node, mcp=tuple(active))
+
+
+def _tool_server(
+    draft: Draft, node: m.AgentNode, tool: str, span: Span, diags: Diagnostics
+) -> str | None:
+    """The server of ``mcp.SERVER.TOOL`` (or ``mcp.SERVER.*``); C364 for anything else."""
+    parts = tool.split(".")
+    if parts[0] + "." != m.MCP_TOOL_PREFIX or len(parts) != 3:
+        diags.add(
+            "C364",
+            f"'{node.name}' names tool '{tool}': only an MCP server's tools have dotted names,"
+            " written mcp.SERVER.TOOL (or mcp.SERVER.* for all of them)",
+            span,
+        )
+        return None
+    server = parts[1]
+    if server not in draft.mcp_servers:
+        known = ", ".join(draft.mcp_servers) or "none"
+        diags.add(
+            "C364",
+            f"'{node.name}' names tool '{tool}' of MCP server '{server}', which is not"
+            f" declared{did_you_mean(server, draft.mcp_servers)} (declared: {known})",
+            span,
+        )
+        return None
+    return server
+
+
+def _known(draft: Draft, server: str, who: str, span: Span, diags: Diagnostics) -> None:
+    if server not in draft.mcp_servers:
+        known = ", ".join(draft.mcp_servers) or "none"
+        diags.add(
+            "C025",
+            f"{who} uses MCP server '{server}', which is not declared"
+            f"{did_you_mean(server, draft.mcp_servers)} (declared: {known})",
+            span,
+        )
+
+
+def _value_span(draft: Draft, node: m.AgentNode, name: str) -> Span:
+    """Where the node's property ``name`` is written (else the node's name)."""
+    decl = draft.node_decls.get(node.name)
+    if isinstance(decl, ast.NodeDecl):
+        for prop in decl.properties:
+            if prop.name == name:
+                return prop.value.span
+    return node.span
