@@ -44,10 +44,14 @@ NODE_KEYWORDS: tuple[NodeKeyword, ...] = (
 # -- values --------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class StringValue:
-    """A double-quoted string, escapes decoded."""
+    """A double-quoted string, escapes decoded (or a backtick string, or a ``|`` block).
+
+    ``lines`` is set for a ``|`` block: where each of its lines starts in the file.
+    """
 
     text: str
     span: Span
+    lines: tuple[RawLine, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ _TOKEN_RE = re.compile(
   | (?P<open_string>".*)
   | (?P<raw>`[^`]*+`)
   | (?P<open_raw>`.*)
+  | (?P<block>\|[ \t]*+(?:\#\#.*)?\Z)
   | (?P<punct>[:,=\[\]{}()])
   | (?P<bad>.)
     """,
@@ -99,6 +100,8 @@ class Lexer:
         self._brackets: list[tuple[str, Span]] = []
         #: A backtick string still open at the end of a line: where it started, its lines.
         self._raw: tuple[int, int, list[str]] | None = None
+        #: Where a ``key: |`` block opener stands, until its block is read.
+        self._block: Span | None = None
         self._bracket_indent = 0
 
     def tokenize(self) -> list[Token]:
@@ -135,6 +138,9 @@ class Lexer:
                 self._scan(text, start, line_no)
                 if self._is_prompt_header(first):
                     i = self._raw_block(i + 1, width)
+                    continue
+                if self._block is not None:
+                    i = self._block_scalar(i + 1, width)
                     continue
             i += 1
         self._finish()
@@ -239,22 +245,85 @@ class Lexer:
             elif group == "open_raw":  # a backtick string may span lines (upstream's)
                 self._raw = (line_no, col, [value[1:]])
                 return
-            elif group == "open_string":
-                self.diags.add(
-                    "S003",
-                    "unterminated string: add a closing '\"' on the same line",
-                    Span.point(line_no, col),
-                )
-                append(Token(TokenKind.STRING, _decode(value[1:]), span))
-            elif value == "#":
-                self.diags.add("S008", "unexpected character '#': comments start with '##'", span)
+            elif self._odd(group, value, span):
                 break
-            else:
-                self.diags.add("S008", f"unexpected character {value!r}", span)
         if not self._brackets and self.tokens and self.tokens[-1].kind not in _LAYOUT:
             end = len(text) + 1
             newline = _new(Span, (line_no, end, line_no, end + 1))
             append(_new(Token, (TokenKind.NEWLINE, "", newline, ())))
+
+    def _odd(self, group: str | None, value: str, span: Span) -> bool:
+        """A token that is rare or wrong (True: the rest of the line is not scanned)."""
+        if group == "open_string":
+            self.diags.add(
+                "S003", "unterminated string: add a closing '\"' on the same line",
+                Span.point(span.line, span.column),
+            )  # fmt: skip
+            self.tokens.append(Token(TokenKind.STRING, _decode(value[1:]), span))
+            return False
+        if group == "block":  # `key: |`, upstream's YAML-style block of text
+            if self.tokens and self.tokens[-1].kind is TokenKind.COLON and not self._brackets:
+                self._block = span
+            else:
+                self.diags.add(
+                    "S008", "unexpected character '|': a block of text is written 'key: |' at the"
+                    " end of its line", span,
+                )  # fmt: skip
+            return True
+        if value == "#":
+            self.diags.add("S008", "unexpected character '#': comments start with '##'", span)
+            return True
+        if value == "|":
+            self.diags.add(
+                "S008", "unexpected character '|': a block of text is written 'key: |' at the"
+                " end of its line", span,
+            )  # fmt: skip
+            return False
+        self.diags.add("S008", f"unexpected character {value!r}", span)
+        return False
+
+    def _block_scalar(self, index: int, key_width: int) -> int:
+        """The lines of a ``key: |`` block, as one string (upstream's block scalar).
+
+        The first line sets the margin, which must be deeper than the key's; the
+        block ends at the first line less indented. Lines keep their indentation
+        beyond the margin and end with one newline (YAML's "clip").
+        """
+        opener, self._block = self._block, None
+        assert opener is not None
+        lines = self.source.lines
+        body: list[tuple[int, str]] = []
+        margin: int | None = None
+        k = index
+        while k < len(lines):
+            text = lines[k]
+            if text.strip() == "":
+                body.append((k + 1, ""))
+                k += 1
+                continue
+            width, _ = _indent_width(text)
+            if margin is None:
+                margin = width
+            if width < margin or width <= key_width:
+                break
+            body.append((k + 1, text))
+            k += 1
+        while body and body[-1][1] == "":
+            body.pop()
+        if margin is None or not body or margin <= key_width:
+            self.diags.add(
+                "S003", "empty block: the lines after '|' must be indented deeper than the key",
+                opener,
+            )  # fmt: skip
+            self.tokens.insert(len(self.tokens) - 1, Token(TokenKind.STRING, "", opener))
+            return index
+        raw = tuple(RawLine(t[margin:] if t else "", no, margin + 1) for no, t in body)
+        text = "\n".join(r.text for r in raw) + "\n"
+        end = Span(opener.line, opener.column, raw[-1].line, raw[-1].column + len(raw[-1].text))
+        newline = self.tokens.pop()  # the opener line's end comes after its string
+        self.tokens.append(Token(TokenKind.STRING, text, end, raw))
+        self.tokens.append(newline)
+        return index + len(body)
 
     def _raw_line(self, text: str, line_no: int) -> None:
         """One more line of a backtick string; the one with the closing '`' ends it."""

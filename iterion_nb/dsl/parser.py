@@ -381,7 +381,7 @@ class Parser:
         token = self.tok
         if token.kind is TokenKind.STRING:
             self._advance()
-            return ast.StringValue(token.text, token.span)
+            return ast.StringValue(token.text, token.span, token.lines)
         if token.kind is TokenKind.NUMBER:
             self._advance()
             return ast.NumberValue(token.text, token.span)

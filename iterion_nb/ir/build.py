@@ -24,7 +24,7 @@ from iterion_nb.ir.properties import (
     LLM_ROUTER_ONLY,
     WORKFLOW_PROPERTIES,
 )
-from iterion_nb.ir.templates import Template, parse_lines
+from iterion_nb.ir.templates import Template, TextPart, parse_lines, parse_template
 from iterion_nb.ir.values import (
     ValueReader,
     describe,
@@ -918,11 +918,30 @@ class _NodeBuilder:
         return m.OnExpire("fail")
 
     def _tool(self) -> m.ToolNode:
+        """``command:`` (a shell line), or ``script:`` run by ``language:`` (upstream's)."""
+        command_prop, script_prop = self._get("command"), self._get("script")
+        language_prop = self._get("language")
         command = self._template("command")
-        if self._get("command") is None:
-            self.diags.add("C353", f"tool '{self.decl.name}' needs 'command:'", self.decl.name_span)
-        if command is not None:
-            self.b.draft.templates.append(TemplateUse(command, self.decl.name))
+        script = self._script(script_prop) if script_prop is not None else None
+        if command_prop is None and script_prop is None:
+            self.diags.add(
+                "C353", f"tool '{self.decl.name}' needs 'command:' or 'script:'",
+                self.decl.name_span,
+            )  # fmt: skip
+        elif command_prop is not None and script_prop is not None:
+            self.diags.add(
+                "C351", f"tool '{self.decl.name}' has both 'command:' and 'script:'; keep one",
+                script_prop.name_span,
+            )  # fmt: skip
+        if language_prop is not None and script_prop is None:
+            self.diags.add(
+                "C354", "'language:' only applies to a tool with 'script:'",
+                language_prop.name_span,
+            )  # fmt: skip
+        language = self._opt("language", "choice", tuple(m.SCRIPT_LANGUAGES))
+        for template in (command, script):
+            if template is not None:
+                self.b.draft.templates.append(TemplateUse(template, self.decl.name))
         return m.ToolNode(
             *self._base(),
             command=command or EMPTY,
@@ -930,7 +949,21 @@ class _NodeBuilder:
             output=self._schema("output"),
             publish=cast("str | None", self._opt("publish", "name")),
             timeout_seconds=cast("float | None", self._opt("timeout", "duration")),
+            script=script,
+            language=cast("str", language or "sh"),
         )
+
+    def _script(self, prop: ast.Property) -> Template | None:
+        """A script's text as a template where ``${x.y}`` (not an env name) is text."""
+        value = prop.value
+        if not isinstance(value, ast.StringValue):
+            self.read.template(prop)  # says what is wrong
+            return None
+        if value.lines:
+            rows = [(r.text, r.line, r.column) for r in value.lines]
+            return Template((*parse_lines(rows, self.diags, script=True).parts, TextPart("\n")))
+        column = value.span.column + 1
+        return parse_template(value.text, value.span.line, column, self.diags, script=True)
 
     def _compute(self) -> m.ComputeNode:
         exprs: list[m.ComputeExpr] = []

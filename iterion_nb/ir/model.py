@@ -188,7 +188,7 @@ class HumanNode(NodeBase):
 
 @dataclass(frozen=True, slots=True)
 class ToolNode(NodeBase):
-    """A shell command, no LLM."""
+    """A shell command (or a script in ``language``), no LLM."""
 
     command: Template
     kind: Literal["tool"] = "tool"
@@ -196,6 +196,18 @@ class ToolNode(NodeBase):
     output: str | None = None
     publish: str | None = None
     timeout_seconds: float | None = None
+    #: ``script:``: a program written to a file and run by ``language``'s interpreter
+    #: (then ``command`` is empty).
+    script: Template | None = None
+    #: ``language:`` of the script (``sh`` when not given).
+    language: str = "sh"
+
+
+#: ``language:`` values of a tool's ``script:`` and the interpreter each runs.
+SCRIPT_LANGUAGES = {
+    "sh": "sh", "bash": "bash", "js": "node", "node": "node",
+    "py": "python3", "python": "python3", "python3": "python3",
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "on_expire",
         "await",
     ),
-    "tool": ("command", "input", "output", "publish", "timeout", "await"),
+    "tool": ("command", "script", "language", "input", "output", "publish", "timeout", "await"),
     "compute": ("expr", "input", "output", "publish", "await"),
     "emit": ("event", "with", "await"),
     "wait": ("event", "timeout", "output", "publish", "await"),

@@ -32,19 +32,25 @@ class TextPart:
 
 @dataclass(frozen=True, slots=True)
 class RefPart:
-    """A ``{{a.b.c}}`` reference."""
+    """A ``{{a.b.c}}`` reference; ``{{!a.b.c}}`` is raw (inserted as it is, even in a command)."""
 
     path: tuple[str, ...]
     span: Span
+    raw: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class EnvPart:
-    """A ``${NAME}`` or ``${NAME:-default}`` environment variable."""
+    """A ``${NAME}`` or ``${NAME:-default}`` environment variable.
+
+    In a script (``keep``), one that is unset and has no default stays as written:
+    ``${name}`` is as likely a JavaScript template literal's.
+    """
 
     name: str
     default: str | None
     span: Span
+    keep: bool = False
 
 
 Part = TextPart | RefPart | EnvPart
@@ -75,20 +81,27 @@ class Template:
         self,
         lookup: Callable[[tuple[str, ...]], object],
         env: Mapping[str, str] | None = None,
+        raw: Callable[[tuple[str, ...]], object] | None = None,
     ) -> str:
         """Render with ``lookup(path)`` for references and ``env`` for ``${...}``.
 
         Strings are inserted as they are, other values as JSON, null as "".
+        ``{{!ref}}`` references use ``raw(path)`` when given (a command quotes
+        what ``lookup`` gives, not what ``raw`` gives).
         """
         out: list[str] = []
         for part in self.parts:
             if isinstance(part, TextPart):
                 out.append(part.text)
             elif isinstance(part, RefPart):
-                out.append(stringify(lookup(part.path)))
+                chosen = raw if part.raw and raw is not None else lookup
+                out.append(stringify(chosen(part.path)))
             else:
                 value = (env or {}).get(part.name)
-                out.append(value if value is not None else part.default or "")
+                if value is None and part.default is None and part.keep:
+                    out.append(f"${{{part.name}}}")
+                else:
+                    out.append(value if value is not None else part.default or "")
         return "".join(out)
 
 
@@ -101,21 +114,24 @@ def stringify(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def parse_template(text: str, line: int, column: int, diags: Diagnostics) -> Template:
+def parse_template(
+    text: str, line: int, column: int, diags: Diagnostics, *, script: bool = False
+) -> Template:
     """Parse one line of template text that starts at ``line:column``.
 
     Templates never span lines: a prompt block is parsed line by line, and a
-    string cannot hold a raw newline.
+    string cannot hold a raw newline. In a ``script`` (a tool's ``script:``), a
+    ``${...}`` that is not an environment reference is text, as upstream.
     """
     parts: list[Part] = []
     pos = 0
     while pos < len(text):
         start = text.find("{{", pos)
         if start < 0:
-            _text_with_env(text[pos:], line, column + pos, parts, diags)
+            _text_with_env(text[pos:], line, column + pos, parts, diags, script)
             break
         if start > pos:
-            _text_with_env(text[pos:start], line, column + pos, parts, diags)
+            _text_with_env(text[pos:start], line, column + pos, parts, diags, script)
         end = text.find("}}", start + 2)
         if end < 0:
             diags.add(
@@ -127,6 +143,8 @@ def parse_template(text: str, line: int, column: int, diags: Diagnostics) -> Tem
         inner = text[start + 2 : end]
         span = Span(line, column + start, line, column + end + 2)
         path = inner.strip()
+        raw = path.startswith("!")  # upstream's {{!input.x}}: not quoted in a command
+        path = path[1:].lstrip() if raw else path
         if not _PATH.match(path):
             shown = shorten(path) or "nothing"
             diags.add(
@@ -136,12 +154,14 @@ def parse_template(text: str, line: int, column: int, diags: Diagnostics) -> Tem
                 span,
             )
         else:
-            parts.append(RefPart(tuple(path.split(".")), span))
+            parts.append(RefPart(tuple(path.split(".")), span, raw))
         pos = end + 2
     return Template(_merge(parts))
 
 
-def parse_lines(lines: list[tuple[str, int, int]], diags: Diagnostics) -> Template:
+def parse_lines(
+    lines: list[tuple[str, int, int]], diags: Diagnostics, *, script: bool = False
+) -> Template:
     """Parse a multi-line text block given as ``(text, line, column)`` rows."""
     parts: list[Part] = []
     for index, (text, line, column) in enumerate(lines):
@@ -151,18 +171,20 @@ def parse_lines(lines: list[tuple[str, int, int]], diags: Diagnostics) -> Templa
             if text:
                 parts.append(TextPart(text))  # plain prose, the common case: nothing to parse
         else:
-            parts.extend(parse_template(text, line, column, diags).parts)
+            parts.extend(parse_template(text, line, column, diags, script=script).parts)
     return Template(_merge(parts))
 
 
 def _text_with_env(
-    text: str, line: int, column: int, parts: list[Part], diags: Diagnostics
+    text: str, line: int, column: int, parts: list[Part], diags: Diagnostics, script: bool = False
 ) -> None:
     # str.find, not a regex: r"\$\{([^}]*)\}" rescans the rest of the line from
     # every "${" that has no "}", which is quadratic in a line of "${${${...".
     pos = 0
     while (start := text.find("${", pos)) >= 0:
         end = text.find("}", start + 2)
+        if end < 0 and script:
+            break  # the rest is the script's own text
         if end < 0:
             diags.add(
                 "C359",
@@ -175,7 +197,9 @@ def _text_with_env(
         span = Span(line, column + start, line, column + end + 1)
         body = text[start + 2 : end]
         name, sep, default = body.partition(":-")
-        if not _ENV_NAME.match(name):
+        if script and not _ENV_NAME.match(name):
+            parts.append(TextPart(text[start : end + 1]))  # JavaScript's `${a.b}`, say
+        elif not _ENV_NAME.match(name):
             diags.add(
                 "C359",
                 f"bad environment reference '${{{shorten(body)}}}': expected ${{NAME}} or"
@@ -183,7 +207,7 @@ def _text_with_env(
                 span,
             )
         else:
-            parts.append(EnvPart(name, default if sep else None, span))
+            parts.append(EnvPart(name, default if sep else None, span, keep=script))
         pos = end + 1
     if pos < len(text):
         parts.append(TextPart(text[pos:]))

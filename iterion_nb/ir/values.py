@@ -21,7 +21,7 @@ from iterion_nb.dsl.limits import (
     shorten,
 )
 from iterion_nb.ir.model import SCALAR_TYPES, TypeSpec
-from iterion_nb.ir.templates import Template, parse_template
+from iterion_nb.ir.templates import Template, TextPart, parse_lines, parse_template
 
 # Matched at each position in turn (not finditer, which would rescan a long
 # run of digits from every start, quadratically), possessive so that a part
@@ -222,7 +222,13 @@ class ValueReader:
 
 
 def string_template(value: ast.StringValue, diags: Diagnostics) -> Template:
-    """Parse a string literal's text as a template located inside its quotes."""
+    """Parse a string literal's text as a template located inside its quotes.
+
+    A ``|`` block is parsed line by line, each where it stands in the file.
+    """
+    if value.lines:
+        rows = [(r.text, r.line, r.column) for r in value.lines]
+        return Template((*parse_lines(rows, diags).parts, TextPart("\n")))
     return parse_template(value.text, value.span.line, value.span.column + 1, diags)
 
 

@@ -12,7 +12,10 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
+import sys
+import tempfile
 import time
 from dataclasses import replace
 from datetime import timedelta
@@ -274,13 +277,30 @@ class NodeRunner:
 
     # -- tools -------------------------------------------------------------
     async def _tool(self, node: m.ToolNode, f: Frontier, scope: Scope) -> Any:
-        def quoted(path: tuple[str, ...]) -> str:
-            value = scope.lookup(path)
-            return shlex.quote(value if isinstance(value, str) else json.dumps(value))
-
-        command = node.command.render(quoted, os.environ)
         emit = self.engine.event_for(node.name, f.branch)
-        await emit("tool_called", {"command": command})
+        if node.script is None:
+            command = node.command.render(
+                lambda path: shell_word(scope.lookup(path)), os.environ, raw=scope.lookup
+            )
+            await emit("tool_called", {"command": command})
+            return await self._execute(node, f, command)
+        text = node.script.render(
+            lambda path: json.dumps(scope.lookup(path), ensure_ascii=False),
+            os.environ,
+            raw=lambda path: _raw_value(scope.lookup(path)),
+        )
+        program = _interpreter(node)
+        with tempfile.TemporaryDirectory(prefix="iterion-script-") as folder:
+            path = Path(folder) / f"{node.name}.{node.language}"
+            path.write_text(text, encoding="utf-8")
+            command = f"{shlex.quote(program)} {shlex.quote(str(path))}"
+            await emit("tool_called", {"command": f"{program} <script>", "language": node.language,
+                                       "script": text})  # fmt: skip
+            return await self._execute(node, f, command)
+
+    async def _execute(self, node: m.ToolNode, f: Frontier, command: str) -> Any:
+        """Run a tool's shell line: its input on stdin, its output from stdout."""
+        emit = self.engine.event_for(node.name, f.branch)
         try:
             code, out, err = await _run_shell(
                 command, json.dumps(f.input), self.engine.workdir, node.timeout_seconds
@@ -376,6 +396,35 @@ class NodeRunner:
             if r.kind == "async" and not r.pending
             and (node.from_node is None or r.node_id == node.from_node)
         ]  # fmt: skip
+
+
+def shell_word(value: Any) -> str:
+    """A value in a tool's command line, quoted for the shell (as upstream).
+
+    A list of plain values is one quoted word per item; other values one word
+    (text as it is, the rest as JSON). ``{{!ref}}`` is not quoted at all.
+    """
+    if isinstance(value, list) and not any(isinstance(v, dict | list) for v in value):
+        return " ".join(shlex.quote(v if isinstance(v, str) else json.dumps(v)) for v in value)
+    return shlex.quote(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+
+
+def _raw_value(value: Any) -> str:
+    """``{{!ref}}`` in a script: text as it is, anything else as JSON (null included)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _interpreter(node: m.ToolNode) -> str:
+    """The program that runs the node's script; a clear failure when it is missing."""
+    name = m.SCRIPT_LANGUAGES[node.language]
+    found = shutil.which(name)
+    if found is None and name == "python3":
+        return sys.executable  # no python3 on PATH: the Python running this run
+    if found is None:
+        raise NodeError(
+            node.name, f"a '{node.language}' script needs '{name}' on PATH, and there is none"
+        )
+    return found
 
 
 def _object_or_text(text: str) -> Any:

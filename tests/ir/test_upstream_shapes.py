@@ -361,3 +361,57 @@ def test_agents_read_upstreams_tool_names_capabilities_memory_and_late_loops() -
                                     for w in warned)  # fmt: skip
     assert "'capabilities:' on agent 'drafter'" in warned[0]
     assert "'memory:' on agent 'drafter'" in warned[1]
+
+
+async def test_tool_scripts_run_in_their_language_with_values_as_literals() -> None:
+    handle, events = await run("tool_scripts", {"nodes": {}})
+    assert handle.status == "finished", handle.error
+    # JavaScript: an array and a string literal; its own `${...}` untouched
+    assert handle.outputs["select"] == {"first": "a b", "count": 2, "label": "2 from our team"}
+    # Python: a list literal; {{!ref}} as it is inside the script's own string
+    assert handle.outputs["tally"]["stdout"] == "our team: x y, z\n"
+    # a command: one quoted word per list item; {{!ref}} unquoted, so split by the shell
+    assert handle.outputs["args"]["stdout"] == "[x y][z][our][teams]"
+    called = [e.data for e in events if e.type == "tool_called" and e.node_id == "select"]
+    assert called[0]["language"] == "js" and 'const scope = "our team";' in called[0]["script"]
+
+
+async def test_a_script_whose_interpreter_is_missing_fails_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no node, no sh: nothing on PATH
+    source = 'tool t:\n  language: js\n  script: "console.log(1)"\n\nworkflow w:\n  entry: t\n'
+    session = Session(MemoryStore())
+    try:
+        handle = await session.start(it.compile(source + "  t -> done\n"))
+        assert await handle.wait(20) == "failed_resumable"
+        assert handle.error == "node 't': a 'js' script needs 'node' on PATH, and there is none"
+    finally:
+        await session.close()
+
+
+@pytest.mark.parametrize(
+    ("source", "where", "message"),
+    [
+        ("tool t:\n  command: |\n\nworkflow w:\n  entry: t\n  t -> done\n", (2, 12),
+         "empty block: the lines after '|' must be indented deeper than the key"),
+        ('tool t:\n  command: "a" | "b"\n\nworkflow w:\n  entry: t\n  t -> done\n', (2, 16),
+         "unexpected character '|': a block of text is written 'key: |'"),
+        ('tool t:\n  command: "a"\n  script: "b"\n\nworkflow w:\n  entry: t\n  t -> done\n',
+         (3, 3), "tool 't' has both 'command:' and 'script:'; keep one"),
+        ('tool t:\n  language: js\n  command: "a"\n\nworkflow w:\n  entry: t\n  t -> done\n',
+         (2, 3), "'language:' only applies to a tool with 'script:'"),
+        ('tool t:\n  language: ruby\n  script: "a"\n\nworkflow w:\n  entry: t\n  t -> done\n',
+         (2, 13), "'language' must be one of sh, bash, js, node, py, python, python3;"
+                  " found 'ruby'"),
+        ("tool t:\n  script: |\n    echo {{inptu.x}}\n\nworkflow w:\n  entry: t\n  t -> done\n",
+         (3, 10), "inptu"),
+    ],
+)  # fmt: skip
+def test_script_and_block_mistakes_are_named(
+    source: str, where: tuple[int, int], message: str
+) -> None:
+    found = [d for d in analyze(source, "t.bot").diagnostics if d.severity == "error"]
+    named = [d for d in found if message in d.message]
+    assert named, found
+    assert (named[0].line, named[0].column) == where
