@@ -25,6 +25,7 @@ NodeKeyword = Literal[
     "await_answers",
     "fail",
     "mcp_server",
+    "cursor",
 ]
 NODE_KEYWORDS: tuple[NodeKeyword, ...] = (
     "agent",
@@ -38,6 +39,7 @@ NODE_KEYWORDS: tuple[NodeKeyword, ...] = (
     "await_answers",
     "fail",
     "mcp_server",
+    "cursor",
 )
 
 

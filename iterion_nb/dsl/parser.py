@@ -361,7 +361,10 @@ class Parser:
 
     # -- properties and values -------------------------------------------
     def _property(self) -> ast.Property:
-        name = self._expect_ident("a property name")
+        # a quoted key too: a cursor's bands are written "0.0..0.33": "…"
+        name = (
+            self._advance() if self._at(TokenKind.STRING) else self._expect_ident("a property name")
+        )
         if name.text == "with" and self._at(TokenKind.LBRACE):
             value: ast.Value = self._map()
             self._end_of_line()

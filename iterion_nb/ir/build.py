@@ -15,6 +15,7 @@ from iterion_nb.dsl import ast
 from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
 from iterion_nb.dsl.limits import NumberTooLargeError, parse_decimal, parse_int, shorten
 from iterion_nb.dsl.source import Span
+from iterion_nb.ir import cursors as dials
 from iterion_nb.ir import model as m
 from iterion_nb.ir.expr import Expr, ExprSyntaxError, parse_expression
 from iterion_nb.ir.expr import Literal as ExprLiteral
@@ -92,6 +93,9 @@ class Draft:
     attachments: dict[str, m.Attachment] = field(default_factory=dict)
     #: ``mcp_server NAME:`` declarations.
     mcp_servers: dict[str, m.McpServer] = field(default_factory=dict)
+    #: ``cursor NAME:`` declarations, and every agent's settings of them (checked last).
+    cursors: dict[str, m.Cursor] = field(default_factory=dict)
+    cursor_uses: list[dials.CursorUse] = field(default_factory=list)
     #: The workflow's ``mcp:`` servers (less its ``disable``), which agents inherit.
     mcp_active: tuple[str, ...] = ()
     #: Where the workflow's ``mcp:`` names each server (for an unknown one's error).
@@ -310,6 +314,9 @@ class Builder:
 
     # -- nodes ---------------------------------------------------------------
     def _node(self, decl: ast.NodeDecl) -> None:
+        if decl.kind == "cursor":  # cursors have names of their own
+            dials.declare(decl, self._properties(decl), self.draft.cursors, self.read, self.diags)
+            return
         if decl.name in m.TERMINALS:
             self.diags.add(
                 "C042",
@@ -787,6 +794,7 @@ class _NodeBuilder:
             user=self._text("user"),
             tools=cast("tuple[str, ...]", self._opt("tools", "names") or ()),
             **self._mcp_fields(),
+            cursors=self._cursors(),
             tool_max_steps=cast("int | None", self._opt("tool_max_steps", "integer", 1)),
             max_tokens=cast("int | None", self._opt("max_tokens", "integer", 1)),
             reasoning_effort=cast("str | None", effort),
@@ -856,6 +864,14 @@ class _NodeBuilder:
             expires_in=self._expires_in(),
             on_expire=self._on_expire(),
         )
+
+    def _cursors(self) -> tuple[tuple[str, str], ...]:
+        prop = self._get("cursors")
+        if prop is None:
+            return ()
+        chosen, uses = dials.settings(self.decl.name, prop, self.read, self.diags)
+        self.b.draft.cursor_uses.extend(uses)
+        return chosen
 
     def _mcp_fields(self) -> dict[str, Any]:
         servers, disable, inherit = self._mcp_config()

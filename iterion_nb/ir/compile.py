@@ -106,6 +106,7 @@ def _analyze(text: str | bytes, name: str) -> CompileResult:
             fails=dict(draft.fails),
             presets=dict(draft.presets),
             mcp_servers=dict(draft.mcp_servers),
+            cursors=dict(draft.cursors),
             attachments=dict(draft.attachments),
         )
     return CompileResult(source, tuple(diags.sorted()), workflow)

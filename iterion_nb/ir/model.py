@@ -121,6 +121,9 @@ class AgentNode(NodeBase):
     readonly: bool = False
     session: SessionMode = "fresh"
     interaction: InteractionMode = "none"
+    #: ``cursors:``: each cursor's setting as written (a value name, a number, or
+    #: ``${ENV}``); empty when absent or ``enabled: false``.
+    cursors: tuple[tuple[str, str], ...] = ()
 
 
 def mcp_tool_choice(tools: tuple[str, ...], server: str) -> frozenset[str] | None:
@@ -138,6 +141,43 @@ def mcp_tool_choice(tools: tuple[str, ...], server: str) -> frozenset[str] | Non
 
 #: How ``tools:`` names an MCP server's tool: ``mcp.SERVER.TOOL`` (or ``mcp.SERVER.*``).
 MCP_TOOL_PREFIX = "mcp."
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """``cursor NAME:``: a framing dial; a setting picks a fragment for the system prompt.
+
+    Either named ``values`` or numeric ``bands`` over [0, 1] (``lo``..``hi``, inclusive).
+    """
+
+    name: str
+    span: Span
+    description: str = ""
+    values: tuple[tuple[str, str], ...] = ()
+    bands: tuple[tuple[float, float, str], ...] = ()
+
+    def fragment(self, setting: str) -> tuple[str | None, str]:
+        """The fragment a setting picks, or None and why not (upstream's rules)."""
+        try:
+            number = float(setting.strip())
+        except ValueError:
+            number = None
+        if number is not None and number == number:  # (not NaN)
+            if not 0 <= number <= 1:
+                return None, "numeric cursor values must lie in [0.0, 1.0]"
+            for lo, hi, text in self.bands:
+                if lo <= number <= hi:
+                    return text, ""
+            if self.bands:
+                return None, "no band covers this value"
+            index = min(int(number * len(self.values)), len(self.values) - 1)
+            return self.values[index][1], ""
+        for name, text in self.values:
+            if name == setting:
+                return text, ""
+        if self.bands:
+            return None, "cursor expects a numeric value (it declares bands, not values)"
+        return None, f"not one of {', '.join(n for n, _ in self.values)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +438,8 @@ class Workflow:
     presets: dict[str, dict[str, object]] = field(default_factory=dict)
     #: MCP servers, by name.
     mcp_servers: dict[str, McpServer] = field(default_factory=dict)
+    #: Cursors (``cursor NAME:``), by name.
+    cursors: dict[str, Cursor] = field(default_factory=dict)
     #: Files given at launch (``attachments:``), by name.
     attachments: dict[str, Attachment] = field(default_factory=dict)
     _out: dict[str, tuple[Edge, ...]] = field(default_factory=dict, repr=False, compare=False)

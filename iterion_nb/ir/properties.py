@@ -18,6 +18,7 @@ _LLM = (
     "readonly",
     "session",
     "interaction",
+    "cursors",
     "await",
 )
 
@@ -45,6 +46,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "await_answers": ("from", "timeout", "await"),
     "fail": ("code", "message", "resumable"),
     "mcp_server": ("transport", "command", "args", "url"),
+    "cursor": ("description", "values", "bands"),
 }
 
 #: Router properties that only make sense when ``mode: llm``.

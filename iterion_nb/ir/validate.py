@@ -7,6 +7,7 @@ from collections import deque
 from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
 from iterion_nb.ir import model as m
 from iterion_nb.ir.build import Draft
+from iterion_nb.ir.cursors import check_uses
 from iterion_nb.ir.joins import check_joins
 from iterion_nb.ir.mcp_use import resolve_mcp
 from iterion_nb.ir.models import serves, static_text, unservable_message
@@ -23,6 +24,7 @@ def validate(draft: Draft, diags: Diagnostics) -> None:
     _check_joins(draft, edges, diags)
     _check_nodes(draft, diags)
     resolve_mcp(draft, diags)
+    check_uses(draft.cursor_uses, draft.cursors, diags)
     _check_mappings(draft, edges, diags)
     refs = RefChecker(draft, members, diags)
     refs.check_prompts()

@@ -22,8 +22,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iterion_nb.errors import ConflictError, NodeError, PauseRun
+from iterion_nb.errors import ConflictError, NodeError, PauseRun, VarsError
 from iterion_nb.ir import model as m
+from iterion_nb.ir.cursors import calibration
 from iterion_nb.ir.evaluate import ExpressionError, evaluate
 from iterion_nb.runtime import lifecycle, replay
 from iterion_nb.runtime.doorbell import node_key
@@ -31,7 +32,7 @@ from iterion_nb.runtime.ports import Backend, BackendRequest, BackendResult, Sto
 from iterion_nb.runtime.records import Interaction, answer_text, utcnow
 from iterion_nb.runtime.scope import RenderError, Scope
 from iterion_nb.runtime.state import Frontier, RunState
-from iterion_nb.runtime.values import check_record
+from iterion_nb.runtime.values import check_record, expand_env
 
 if TYPE_CHECKING:
     from iterion_nb.runtime.engine import Engine
@@ -138,11 +139,25 @@ class NodeRunner:
         )
 
     # -- agents and judges -------------------------------------------------
+    def _calibration(self, node: m.AgentNode) -> str:
+        """The node's cursors' fragments (``${ENV}`` settings read now; an unset one skipped)."""
+        chosen: dict[str, str] = {}
+        for name, setting in node.cursors:
+            try:
+                chosen[name] = expand_env(setting)
+            except VarsError:
+                continue  # as upstream: a setting that picks nothing adds nothing
+        return calibration(self.wf.cursors, chosen)
+
     async def _agent(self, node: m.AgentNode, f: Frontier, scope: Scope) -> Any:
         servers = tuple(self.wf.mcp_servers[name] for name in node.mcp)
         request = self._request(
             "agent", node, f, scope, output_schema=self._schema(node.output), mcp_servers=servers
         )
+        calibrated = self._calibration(node)
+        if calibrated:
+            system = f"{request.system}\n\n{calibrated}" if request.system else calibrated
+            request = replace(request, system=system)
         parent = self._parent_session(node, f) if f.resume is None else None
         if parent is not None:
             request = replace(

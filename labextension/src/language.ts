@@ -8,7 +8,7 @@ export const CELL_MAGIC = /^%%iterion(\s|$)/;
 
 const DECLARATIONS = new Set([
   'vars', 'prompt', 'schema', 'agent', 'judge', 'router', 'human', 'tool', 'compute', 'emit',
-  'wait', 'await_answers', 'workflow', 'fail', 'presets', 'mcp_server'
+  'wait', 'await_answers', 'workflow', 'fail', 'presets', 'mcp_server', 'attachments', 'cursor'
 ]); // prettier-ignore
 const KEYWORDS = new Set(['when', 'not', 'else', 'as', 'with', 'and', 'or', 'dsl']);
 const ATOMS = new Set(['done', 'fail']);
@@ -122,9 +122,16 @@ export const iterStream = StreamLanguage.define<IIterState>({
     if (stream.match(/^-?[0-9]+(?:\.[0-9]+)?[A-Za-z0-9_]*/)) {
       return 'number';
     }
-    const ident = stream.match(/^[A-Za-z_][A-Za-z0-9_]*/);
+    // a dotted name too: tools: [mcp.words.shout], mcp.words.*
+    const ident = stream.match(/^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:\.\*)?/);
     if (ident) {
       return word(stream, state, (ident as RegExpMatchArray)[0]);
+    }
+    if (stream.match(/^\|\s*(?:##.*)?$/)) {
+      // `key: |`: the lines indented under it are a block of text, as a prompt's
+      state.promptHeader = true;
+      state.rawIndentNext = state.lineIndent;
+      return 'punctuation';
     }
     if (stream.match(/^[:,=[\]{}()]/)) {
       return 'punctuation';

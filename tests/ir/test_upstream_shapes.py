@@ -415,3 +415,48 @@ def test_script_and_block_mistakes_are_named(
     named = [d for d in found if message in d.message]
     assert named, found
     assert (named[0].line, named[0].column) == where
+
+
+@pytest.mark.parametrize(("env", "autonomy"), [(None, "Ask before any irreversible step."),
+                                               ("free", "Decide and document.")])  # fmt: skip
+async def test_cursors_append_a_calibration_section_in_name_order(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, autonomy: str
+) -> None:
+    if env is None:
+        monkeypatch.delenv("REVIEW_AUTONOMY", raising=False)
+    else:
+        monkeypatch.setenv("REVIEW_AUTONOMY", env)
+    scenario = {"nodes": {"reviewer": [{"text": "ok"}], "plain": [{"text": "ok"}]}}
+    handle, events = await run("cursors", scenario)
+    assert handle.status == "finished", handle.error
+    asked = {e.node_id: e.data["system"] for e in events if e.type == "llm_request"}
+    assert asked["reviewer"].startswith(
+        "You review changes.\n\n## Calibration\n\n"
+        "**Ambition:** Propose 2-3 adjacent improvements, ranked by leverage.\n"
+        f"**Autonomy:** {autonomy}\n"
+        "**Depth:** Trace all call sites and edge cases."
+    )
+    assert "Calibration" not in asked["plain"]  # enabled: false
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "message"),
+    [
+        (("    depth: 0.7\n", "    dept: 0.7\n"), "C083",
+         "'reviewer' sets cursor 'dept', which is not declared; did you mean 'depth'?"),
+        (("    depth: 0.7\n", "    depth: 1.5\n"), "C084",
+         "cursor 'depth' value '1.5': numeric cursor values must lie in [0.0, 1.0]"),
+        (("    ambition: ambitious\n", "    ambition: bold\n"), "C084",
+         "cursor 'ambition' value 'bold': not one of cautious, ambitious"),
+        (('"0.34..0.66"', '"0.30..0.66"'), "C085",
+         "cursor 'depth': bands overlap: 0..0.33 and 0.3..0.66 (bounds are inclusive)"),
+        (("cursor autonomy:\n", "cursor ambition:\n"), "C086",
+         "cursor 'ambition' is declared twice"),
+    ],
+)  # fmt: skip
+def test_cursor_mistakes_are_named(change: tuple[str, str], code: str, message: str) -> None:
+    source = (UPSTREAM / "cursors.bot").read_text()
+    changed = source.replace(*change)
+    assert changed != source
+    found = [(d.code, d.message) for d in analyze(changed, "c.bot").diagnostics]
+    assert any(c == code and message in m for c, m in found), found
