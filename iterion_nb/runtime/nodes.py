@@ -26,6 +26,7 @@ from iterion_nb.errors import ConflictError, NodeError, PauseRun, VarsError
 from iterion_nb.ir import model as m
 from iterion_nb.ir.cursors import calibration
 from iterion_nb.ir.evaluate import ExpressionError, evaluate
+from iterion_nb.ir.templates import RefPart, Template
 from iterion_nb.runtime import lifecycle, replay
 from iterion_nb.runtime.doorbell import node_key
 from iterion_nb.runtime.ports import Backend, BackendRequest, BackendResult, Store
@@ -139,6 +140,41 @@ class NodeRunner:
         )
 
     # -- agents and judges -------------------------------------------------
+    def _user_blocks(self, node: m.AgentNode, scope: Scope) -> tuple[dict[str, Any], ...]:
+        """The user prompt cut at each image attachment it shows (upstream's vision input).
+
+        ``{{attachments.X}}`` or ``{{attachments.X.path}}`` of an ``image`` attachment
+        becomes an image block; the text around it, text blocks. Empty when none.
+        """
+        if node.user is None:
+            return ()
+        images = {n for n, a in self.wf.attachments.items() if a.kind == "image"}
+
+        def image_of(part: object) -> str | None:
+            if not isinstance(part, RefPart) or part.path[0] != "attachments":
+                return None
+            path = part.path
+            shown = len(path) == 2 or (len(path) == 3 and path[2] == "path")
+            return path[1] if shown and path[1] in images else None
+
+        if not any(image_of(p) for p in node.user.parts):
+            return ()
+        blocks: list[dict[str, Any]] = []
+        chunk: list[Any] = []
+        for part in (*node.user.parts, None):
+            name = image_of(part)
+            if name is None and part is not None:
+                chunk.append(part)
+                continue
+            text = scope.render(Template(tuple(chunk))) if chunk else ""
+            if text.strip():
+                blocks.append({"type": "text", "text": text})
+            chunk = []
+            given = self.state.attachments.get(name or "")
+            if given:
+                blocks.append({"type": "image", "path": given["path"], "media_type": given["mime"]})
+        return tuple(blocks)
+
     def _calibration(self, node: m.AgentNode) -> str:
         """The node's cursors' fragments (``${ENV}`` settings read now; an unset one skipped)."""
         chosen: dict[str, str] = {}
@@ -154,6 +190,9 @@ class NodeRunner:
         request = self._request(
             "agent", node, f, scope, output_schema=self._schema(node.output), mcp_servers=servers
         )
+        blocks = self._user_blocks(node, scope)
+        if blocks:
+            request = replace(request, user_blocks=blocks)
         calibrated = self._calibration(node)
         if calibrated:
             system = f"{request.system}\n\n{calibrated}" if request.system else calibrated

@@ -336,6 +336,10 @@ class BackendRequest:
     fork: bool = False
     #: The MCP servers the node's ``mcp:`` names (their tools are the model's too).
     mcp_servers: tuple[McpServer, ...] = ()
+    #: The user prompt as text and image blocks, when it shows an ``image`` attachment
+    #: (``{"type": "image", "path": ..., "media_type": ...}`` between text blocks);
+    #: empty otherwise (then :attr:`user` is the whole prompt).
+    user_blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Any
 from iterion_nb.backends.claw import interaction as it_tools
 from iterion_nb.backends.claw.loop import AgentLoop
 from iterion_nb.backends.mcp import cli_allowed, cli_servers
+from iterion_nb.backends.providers.base import ToolSpec, image_data
 from iterion_nb.errors import AlreadyAnsweredError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import BackendRequest, BackendResult
@@ -42,6 +43,14 @@ SERVER = "iterion"
 PREFIX = f"mcp__{SERVER}__"
 #: The prompt of a resumed session: a local command, so no model turn is spent on it.
 RESUME_PROMPT = "/cost"
+#: Shows the CLI's model an image the prompt names: the CLI takes no image in its
+#: prompt, so (as upstream) the node gets this tool when its prompt shows one.
+READ_IMAGE = ToolSpec(
+    "read_image",
+    "Look at an image attached to this run: give its path as the prompt shows it.",
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"],
+     "additionalProperties": False},
+)  # fmt: skip
 #: The oldest CLI known to honour ``defer`` and resume a deferred call.
 MIN_CLI = (2, 1, 300)
 
@@ -169,7 +178,30 @@ class _Session:
                 name=spec.name, description=spec.description, input_schema=spec.input_schema,
                 handler=self._handler(spec.name),
             ))  # fmt: skip
+        if self._images():
+            tools.append(self.sdk.SdkMcpTool(
+                name=READ_IMAGE.name, description=READ_IMAGE.description,
+                input_schema=READ_IMAGE.input_schema, handler=self._read_image,
+            ))  # fmt: skip
         return self.sdk.create_sdk_mcp_server(SERVER, tools=tools)
+
+    def _images(self) -> dict[str, dict[str, Any]]:
+        """The image attachments the prompt shows, by path."""
+        return {str(b["path"]): b for b in self.request.user_blocks if b.get("type") == "image"}
+
+    async def _read_image(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``read_image``: one of the prompt's images, as an image result."""
+        path = str(args.get("path", ""))
+        await self.ctx.emit("tool_called", {"tool": READ_IMAGE.name, "path": path})
+        images = self._images()
+        block = images.get(path)
+        found = image_data(block) if block is not None else (
+            f"read_image shows this run's image attachments: {', '.join(images)}"
+        )  # fmt: skip
+        if isinstance(found, str):
+            await self.ctx.emit("tool_error", {"tool": READ_IMAGE.name, "error": found})
+            return {"content": [{"type": "text", "text": found}], "is_error": True}
+        return {"content": [{"type": "image", "data": found[1], "mimeType": found[0]}]}
 
     def _handler(self, name: str) -> Any:
         async def handle(args: dict[str, Any]) -> dict[str, Any]:
@@ -334,6 +366,8 @@ class _Session:
         sdk = self.sdk
         node = self.node
         names = [PREFIX + spec.name for spec in self.loop.specs]
+        if self._images():
+            names.append(PREFIX + READ_IMAGE.name)
         # the node's MCP servers: Claude Code starts them; each one's tools that the node
         # names (mcp.SERVER.TOOL), or all of them, are allowed
         names += cli_allowed(self.request.mcp_servers, node.tools)
@@ -440,7 +474,9 @@ class _Session:
              "stop_reason": "tool_use" if pending["calls"] else "end_turn",
              "tool_calls": pending["calls"]},
         )  # fmt: skip
-        offered = {spec.name for spec in self.loop.specs}
+        offered = {spec.name for spec in self.loop.specs} | (
+            {READ_IMAGE.name} if self._images() else set()
+        )
         served = tuple(f"mcp__{server.name}__" for server in self.request.mcp_servers)
         for name in pending["calls"]:
             if name.startswith(served) and served:  # a tool of the node's MCP servers

@@ -240,7 +240,8 @@ class AgentLoop:
         if not state:
             inherited = self._inherited()
             self._turn_base = sum(m["role"] == "assistant" for m in inherited)
-            return [*inherited, {"role": "user", "content": [_text(self.request.user or "Begin.")]}]
+            first = list(self.request.user_blocks) or [_text(self.request.user or "Begin.")]
+            return [*inherited, {"role": "user", "content": first}]
         self._turn_base = int(state.get("turn_base", 0))
         messages: list[Message] = list(state["messages"])
         results: list[Block] = list(state["results"])

@@ -14,6 +14,7 @@ from iterion_nb.backends.providers.base import (
     ProviderRequest,
     ProviderResponse,
     TransientProviderError,
+    inline_images,
 )
 
 #: USD per million input / output tokens, for the cost budget (0 when unknown).
@@ -63,7 +64,7 @@ class AnthropicProvider:
         kwargs: dict[str, Any] = {
             "model": self.model,
             "max_tokens": request.max_tokens,
-            "messages": request.messages,
+            "messages": inline_images(request.messages),
             "extra_headers": {"x-iterion-node": request.node,
                               "x-iterion-visit": str(request.visit),
                               "x-iterion-turn-base": str(request.turn_base)},

@@ -10,15 +10,68 @@ shape of the Anthropic Messages API (which maps cleanly onto the others)::
                                    "content": "...", "is_error": false}]}
 
 They are plain JSON data, so a paused conversation goes into the checkpoint.
+An image the user prompt shows (an ``image`` attachment) is a block that names
+its file, ``{"type": "image", "path": "...", "media_type": "image/png"}``; a
+provider reads the bytes when it sends the turn (:func:`image_data`), so
+checkpoints and events stay small.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 Message = dict[str, Any]
 Block = dict[str, Any]
+
+
+#: The largest image sent inline (the Messages API's limit for one image).
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+
+
+def image_data(block: Block) -> tuple[str, str] | str:
+    """An image block's ``(media_type, base64 bytes)``, or a text that says why not.
+
+    (A file gone or over :data:`MAX_IMAGE_BYTES` reaches the model as that text.)
+    """
+    path = Path(str(block.get("path", "")))
+    try:
+        size = path.stat().st_size
+        if size > MAX_IMAGE_BYTES:
+            return f"[image {path} not sent: {size / 2**20:.1f} MB, over the 5 MB limit]"
+        data = path.read_bytes()
+    except OSError as err:
+        return f"[image {path} could not be read: {err.strerror or err}]"
+    return str(block.get("media_type") or "image/png"), base64.b64encode(data).decode()
+
+
+def inline_images(messages: list[Message]) -> list[Message]:
+    """The conversation with image blocks as the Messages API takes them (base64)."""
+    if not any(b.get("type") == "image" for m in messages for b in _blocks(m)):
+        return messages
+    out: list[Message] = []
+    for message in messages:
+        blocks = []
+        for block in _blocks(message):
+            if block.get("type") == "image" and "path" in block:
+                found = image_data(block)
+                blocks.append(
+                    {"type": "text", "text": found} if isinstance(found, str) else {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": found[0], "data": found[1]},
+                    }
+                )  # fmt: skip
+            else:
+                blocks.append(block)
+        out.append({**message, "content": blocks})
+    return out
+
+
+def _blocks(message: Message) -> list[Block]:
+    content = message.get("content")
+    return content if isinstance(content, list) else []
 
 
 @dataclass(frozen=True)

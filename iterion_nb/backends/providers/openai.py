@@ -14,6 +14,7 @@ from iterion_nb.backends.providers.base import (
     ProviderRequest,
     ProviderResponse,
     TransientProviderError,
+    image_data,
 )
 
 
@@ -37,9 +38,28 @@ def to_openai(system: str, messages: list[Message]) -> list[dict[str, Any]]:
             if block.get("type") == "tool_result":
                 out.append({"role": "tool", "tool_call_id": block["tool_use_id"],
                             "content": str(block.get("content", ""))})  # fmt: skip
-        if texts:
+        images = [b for b in message["content"] if b.get("type") == "image"]
+        if images:
+            out.append({"role": "user", "content": _parts(message["content"])})
+        elif texts:
             out.append({"role": "user", "content": "\n\n".join(texts)})
     return out
+
+
+def _parts(blocks: list[Any]) -> list[dict[str, Any]]:
+    """A user message that shows images: text and ``image_url`` parts (data URLs), in order."""
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if block.get("type") == "text":
+            parts.append({"type": "text", "text": block["text"]})
+        elif block.get("type") == "image":
+            found = image_data(block)
+            if isinstance(found, str):
+                parts.append({"type": "text", "text": found})
+            else:
+                url = f"data:{found[0]};base64,{found[1]}"
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
 
 
 class OpenAIProvider:
