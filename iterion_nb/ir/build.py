@@ -47,7 +47,6 @@ UNSUPPORTED_WORKFLOW_PROPERTIES = {
 #: Upstream's node properties this build does not implement: read, warned about (C363).
 UNSUPPORTED_NODE_PROPERTIES = {
     "capabilities": ("its native task board's tools", ("agent", "judge")),
-    "memory": ("memory_read / memory_write / memory_list tools", ("agent", "judge")),
     "sandbox": ("a container per node", ("agent", "judge", "tool")),
     "compaction": ("compacting long conversations", ("agent", "judge")),
 }
@@ -411,16 +410,6 @@ class Builder:
         """An upstream node property this build does not do: checked as upstream, else C363."""
         if prop.name == "capabilities" and self._capabilities(prop):
             return
-        if prop.name == "memory" and isinstance(prop.value, ast.BlockValue):
-            entries = {e.name: e for e in prop.value.entries}
-            enabled = entries.get("enabled")
-            if enabled is not None and self.read.boolean(enabled) and "scope" not in entries:
-                self.diags.add(
-                    "C048",
-                    "'memory:' is enabled without 'scope: NAME' (iterion_nb ignores 'memory:')",
-                    prop.name_span,
-                )
-                return
         self.diags.add(
             "C363",
             f"'{prop.name}:' on {decl.kind} '{decl.name}' is upstream iterion's ({what});"
@@ -542,14 +531,16 @@ class Builder:
         for edge in wf.edges:
             self._edge(edge)
 
-    def mcp_block(self, block: ast.BlockValue, allowed: tuple[str, ...]) -> dict[str, ast.Property]:
-        """The entries of an ``mcp:`` block, by name (others get C350)."""
+    def block_entries(
+        self, block: ast.BlockValue, what: str, allowed: tuple[str, ...]
+    ) -> dict[str, ast.Property]:
+        """The entries of a ``what:`` block, by name (others get C350, repeats C351)."""
         found: dict[str, ast.Property] = {}
         for entry in block.entries:
             if entry.name not in allowed:
                 self.diags.add(
                     "C350",
-                    f"'mcp:' has no property '{entry.name}'{did_you_mean(entry.name, allowed)}"
+                    f"'{what}:' has no property '{entry.name}'{did_you_mean(entry.name, allowed)}"
                     f" (allowed: {', '.join(allowed)})",
                     entry.name_span,
                 )
@@ -569,7 +560,7 @@ class Builder:
             self.draft.mcp_active = tuple(self.read.names(prop) or ())
             self.draft.mcp_spans = {name: prop.value.span for name in self.draft.mcp_active}
             return
-        found = self.mcp_block(prop.value, ("servers", "disable", "autoload_project"))
+        found = self.block_entries(prop.value, "mcp", ("servers", "disable", "autoload_project"))
         if "autoload_project" in found:
             self.read.boolean(found["autoload_project"])
         servers = tuple(self.read.names(found["servers"]) or ()) if "servers" in found else ()
@@ -795,6 +786,7 @@ class _NodeBuilder:
             tools=cast("tuple[str, ...]", self._opt("tools", "names") or ()),
             **self._mcp_fields(),
             cursors=self._cursors(),
+            memory=self._memory(),
             tool_max_steps=cast("int | None", self._opt("tool_max_steps", "integer", 1)),
             max_tokens=cast("int | None", self._opt("max_tokens", "integer", 1)),
             reasoning_effort=cast("str | None", effort),
@@ -865,6 +857,35 @@ class _NodeBuilder:
             on_expire=self._on_expire(),
         )
 
+    def _memory(self) -> m.Memory | None:
+        """``memory:`` (upstream's block): None unless ``enabled: true``; C048 without a scope."""
+        prop = self._get("memory")
+        if prop is None:
+            return None
+        if not isinstance(prop.value, ast.BlockValue):
+            self.diags.add("C352", "'memory' expects an indented block (enabled: true, scope: …)",
+                           prop.value.span)  # fmt: skip
+            return None
+        found = self.b.block_entries(
+            prop.value, "memory", ("enabled", "scope", "autoload", "read", "write",
+                                   "pre_compact_inject"),
+        )  # fmt: skip
+        flag = {k: bool(self.read.boolean(found[k])) for k in ("enabled", "read", "write",
+                "pre_compact_inject") if k in found}  # fmt: skip
+        if not flag.get("enabled"):
+            return None
+        scope = self.read.name(found["scope"]) if "scope" in found else None
+        if not scope or scope in (".", "..") or "/" in scope or "\\" in scope:
+            self.diags.add(
+                "C048",
+                "'memory:' needs 'scope: NAME', one folder name (the notes live in it)"
+                + (f"; found {scope!r}" if scope else ""),
+                found["scope"].value.span if "scope" in found else prop.name_span,
+            )
+            return None
+        autoload = tuple(self.read.names(found["autoload"]) or ()) if "autoload" in found else ()
+        return m.Memory(scope, autoload, flag.get("read", True), flag.get("write", True))
+
     def _cursors(self) -> tuple[tuple[str, str], ...]:
         prop = self._get("cursors")
         if prop is None:
@@ -884,7 +905,7 @@ class _NodeBuilder:
             return (), (), True
         if not isinstance(prop.value, ast.BlockValue):
             return tuple(self.read.names(prop) or ()), (), True
-        found = self.b.mcp_block(prop.value, ("servers", "disable", "inherit"))
+        found = self.b.block_entries(prop.value, "mcp", ("servers", "disable", "inherit"))
         inherit = found.get("inherit")
         return (
             tuple(self.read.names(found["servers"]) or ()) if "servers" in found else (),

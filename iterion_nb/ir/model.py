@@ -124,6 +124,23 @@ class AgentNode(NodeBase):
     #: ``cursors:``: each cursor's setting as written (a value name, a number, or
     #: ``${ENV}``); empty when absent or ``enabled: false``.
     cursors: tuple[tuple[str, str], ...] = ()
+    #: ``memory:`` (enabled): the workspace memory this agent reads and writes.
+    memory: Memory | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """``memory:``: a folder of Markdown notes that outlives runs (upstream's workspace memory).
+
+    It lives outside the working tree, one ``scope`` per feature; the agent gets
+    memory_read / memory_list (``read``) and memory_write (``write``), an index of
+    the notes in its system prompt, and the ``autoload`` files (globs) in full.
+    """
+
+    scope: str
+    autoload: tuple[str, ...] = ()
+    read: bool = True
+    write: bool = True
 
 
 def mcp_tool_choice(tools: tuple[str, ...], server: str) -> frozenset[str] | None:

@@ -19,6 +19,7 @@ _LLM = (
     "session",
     "interaction",
     "cursors",
+    "memory",
     "await",
 )
 

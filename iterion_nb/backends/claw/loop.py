@@ -28,6 +28,7 @@ from typing import Any
 
 from iterion_nb.backends.claw import interaction as it_tools
 from iterion_nb.backends.mcp import McpConnections, McpTool
+from iterion_nb.backends.memory import MemoryScope, memory_root
 from iterion_nb.backends.providers.base import (
     Block,
     Message,
@@ -149,6 +150,11 @@ class AgentLoop:
             self.tools: dict[str, Tool | McpTool] = dict(resolve_tools(node.tools, node.readonly))
         except KeyError as err:
             raise NodeError(node.name, str(err.args[0])) from None
+        self.memory = (
+            MemoryScope(memory_root(request.workdir, node.memory.scope)) if node.memory else None
+        )
+        if self.memory is not None and node.memory is not None:
+            self.tools.update(self.memory.tools(node.memory))
         self.interaction_specs = it_tools.tools_for(node.interaction)
         self._specs = [t.spec for t in self.tools.values()] + self.interaction_specs
         self.tool_context = ToolContext(Path(request.workdir), node.readonly)
@@ -167,6 +173,10 @@ class AgentLoop:
     def system_prompt(self) -> str:
         """The node's system prompt, plus the async protocol and the output format."""
         parts = [self.request.system] if self.request.system else []
+        if self.memory is not None and self.node.memory is not None:
+            remembered = self.memory.prompt(self.node.memory)  # read as the call starts
+            if remembered:
+                parts.append(remembered)
         if self.node.interaction == "async":
             parts.append(it_tools.PROTOCOL)
         if self.request.output_schema is not None:
