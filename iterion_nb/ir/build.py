@@ -8,7 +8,7 @@ template and expression is used so those checks know their context.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from iterion_nb.dsl import ast
@@ -528,6 +528,8 @@ class Builder:
             self.draft.budget = self._budget(props["budget"])
         if "mcp" in props:
             self._workflow_mcp(props["mcp"])
+        if "interaction" in props:
+            self._workflow_interaction(props["interaction"])
         for edge in wf.edges:
             self._edge(edge)
 
@@ -549,6 +551,22 @@ class Builder:
             else:
                 found[entry.name] = entry
         return found
+
+    def _workflow_interaction(self, prop: ast.Property) -> None:
+        """The workflow's ``interaction:``: the mode of nodes that set none (upstream's).
+
+        It reaches agents, judges and human nodes (``async`` agents and judges only).
+        """
+        modes = ("none", "human", "llm", "llm_or_human", "async")
+        mode = self.read.choice(prop, modes)
+        if mode is None or mode == "none":
+            return
+        for name, node in list(self.draft.nodes.items()):
+            decl = self.draft.node_decls.get(name)
+            if decl is None or any(p.name == "interaction" for p in decl.properties):
+                continue
+            if isinstance(node, m.AgentNode) or (isinstance(node, m.HumanNode) and mode != "async"):
+                self.draft.nodes[name] = replace(node, interaction=cast("m.InteractionMode", mode))
 
     def _workflow_mcp(self, prop: ast.Property) -> None:
         """The workflow's ``mcp:``: the servers every agent uses unless it says otherwise.

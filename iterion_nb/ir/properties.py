@@ -53,7 +53,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 #: Router properties that only make sense when ``mode: llm``.
 LLM_ROUTER_ONLY = ("model", "backend", "system", "user", "multi")
 
-WORKFLOW_PROPERTIES = ("entry", "default_backend", "budget", "mcp")
+WORKFLOW_PROPERTIES = ("entry", "default_backend", "budget", "mcp", "interaction")
 BUDGET_PROPERTIES = (
     "max_parallel_branches",
     "max_duration",

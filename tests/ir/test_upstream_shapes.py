@@ -461,3 +461,14 @@ def test_cursor_mistakes_are_named(change: tuple[str, str], code: str, message: 
     assert changed != source
     found = [(d.code, d.message) for d in analyze(changed, "c.bot").diagnostics]
     assert any(c == code and message in m for c, m in found), found
+
+
+async def test_the_workflows_interaction_is_the_mode_of_nodes_that_set_none() -> None:
+    wf = it.compile_file(UPSTREAM / "workflow_interaction.bot")
+    modes = {n: getattr(wf.nodes[n], "interaction", None) for n in ("drafter", "gate", "quiet")}
+    assert modes == {"drafter": "llm_or_human", "gate": "llm_or_human", "quiet": "none"}
+    scenario = {"nodes": {"drafter": [{"text": "notes"}], "gate": [{"text": "yes, ship"}],
+                          "quiet": [{"text": "done"}]}}  # fmt: skip
+    handle, _ = await run("workflow_interaction", scenario)
+    assert handle.status == "finished", handle.error
+    assert handle.outputs["gate"] == {"text": "yes, ship"}  # answered by the model, no pause
