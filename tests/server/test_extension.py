@@ -237,7 +237,7 @@ def test_the_cli_runs_a_workflow_while_the_jupyter_server_holds_the_store(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, err
+    assert proc.returncode == 0, f"stdout: {out}\nstderr: {err}"
     assert json.loads(out)["status"] == "finished"
     assert holder_file(store_path).read_text() == published  # the server held it all along
     done = fetch(loop, jp_fetch, "runs", run["id"])
