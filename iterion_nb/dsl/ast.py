@@ -221,11 +221,11 @@ class WhenExpr:
 
 @dataclass(frozen=True, slots=True)
 class LoopDecl:
-    """``as name(N)`` on an edge."""
+    """``as name(N)`` on an edge (or ``as name("{{template}}")``, a bound read at run time)."""
 
     name: str
     name_span: Span
-    bound: NumberValue
+    bound: NumberValue | StringValue
     span: Span
 
 

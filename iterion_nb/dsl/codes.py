@@ -113,6 +113,7 @@ CODES: dict[str, CodeInfo] = {
     "C362": CodeInfo(_W, "with key not in the destination's input schema"),
     "C363": CodeInfo(_W, "upstream property ignored here (worktree, sandbox, memory, …)"),
     "C364": CodeInfo(_E, "malformed tool name, or an MCP tool of an unknown server"),
+    "C365": CodeInfo(_W, "cycle no loop bounds, next to a loop (upstream accepts it)"),
     # limits on hostile input (ours)
     "C300": CodeInfo(_E, "nesting too deep"),
     "C301": CodeInfo(_E, "number too large"),

@@ -523,9 +523,14 @@ class Parser:
         as_ = self._advance()
         loop_name = self._expect_ident("a loop name after 'as'")
         self._expect(TokenKind.LPAREN, f"'(' and a bound after loop '{loop_name.text}'")
-        bound_tok = self._expect(TokenKind.NUMBER, "the loop's iteration bound")
+        bound: ast.NumberValue | ast.StringValue
+        if self._at(TokenKind.STRING):  # upstream's "{{outputs.x.cap}}": read at run time
+            text = self._advance()
+            bound = ast.StringValue(text.text, text.span)
+        else:
+            number = self._expect(TokenKind.NUMBER, "the loop's iteration bound")
+            bound = ast.NumberValue(number.text, number.span)
         close = self._expect(TokenKind.RPAREN, "')'")
-        bound = ast.NumberValue(bound_tok.text, bound_tok.span)
         return ast.LoopDecl(loop_name.text, loop_name.span, bound, as_.span.to(close.span))
 
     def _when(self, kw: Token) -> ast.WhenField | ast.WhenExpr:

@@ -49,6 +49,10 @@ UNSUPPORTED_NODE_PROPERTIES = {
     "capabilities": ("its native task board's tools", ("agent", "judge")),
     "sandbox": ("a container per node", ("agent", "judge", "tool")),
     "compaction": ("compacting long conversations", ("agent", "judge")),
+    "provider": (
+        "which credentials reach a provider; here the model's prefix picks it",
+        ("agent", "judge", "router"),
+    ),
 }
 
 #: Upstream's registry of capabilities (``capabilities:`` entries it knows; C080 otherwise).
@@ -689,6 +693,8 @@ class Builder:
         return out
 
     def _loop(self, decl: ast.LoopDecl) -> str:
+        if isinstance(decl.bound, ast.StringValue):
+            return self._templated_loop(decl, decl.bound)
         text = decl.bound.text
         bound: int | None = None
         try:
@@ -710,6 +716,8 @@ class Builder:
         known = self.draft.loops.get(decl.name)
         if known is None:
             self.draft.loops[decl.name] = m.Loop(decl.name, max(bound or 1, 1), decl.span)
+        elif known.bound is not None and bound is not None:
+            self._loop_declared_twice(decl, str(bound), known)
         elif bound is not None and bound >= 1 and known.max_iterations != bound:
             self.diags.add(
                 "C005",
@@ -718,6 +726,38 @@ class Builder:
                 decl.span,
             )
         return decl.name
+
+    def _templated_loop(self, decl: ast.LoopDecl, value: ast.StringValue) -> str:
+        """``as NAME("{{ref}}")``: a bound the run reads when a loop edge is considered."""
+        template = string_template(value, self.diags)
+        if template.is_static:
+            self.diags.add(
+                "C352",
+                f"loop '{decl.name}': a quoted bound reads the run, such as"
+                f' "{{{{outputs.plan.cap}}}}"; write a plain number otherwise',
+                value.span,
+            )
+        self.draft.templates.append(TemplateUse(template, None))
+        known = self.draft.loops.get(decl.name)
+        if known is None:
+            self.draft.loops[decl.name] = m.Loop(
+                decl.name, 1, decl.span, bound=template, bound_source=value.text
+            )
+        elif known.bound is None or known.bound_source != value.text:
+            self._loop_declared_twice(decl, f'"{value.text}"', known)
+        return decl.name
+
+    def _loop_declared_twice(self, decl: ast.LoopDecl, bound: str, known: m.Loop) -> None:
+        self.diags.add(
+            "C005",
+            f"loop '{decl.name}' is declared with bound {bound} here and"
+            f" {_bound_text(known)} at line {known.span.line}",
+            decl.span,
+        )
+
+
+def _bound_text(loop: m.Loop) -> str:
+    return f'"{loop.bound_source}"' if loop.bound is not None else str(loop.max_iterations)
 
 
 def _coerce_env_default(text: str, spec: m.TypeSpec) -> tuple[bool, object]:

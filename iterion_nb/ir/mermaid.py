@@ -60,7 +60,9 @@ def edge_label(edge: m.Edge, loops: dict[str, m.Loop]) -> str:
     elif edge.otherwise:
         bits.append("else")
     if edge.loop:
-        bits.append(f"loop {edge.loop} ≤{loops[edge.loop].max_iterations}")
+        loop = loops[edge.loop]
+        cap = "n read at run time" if loop.bound is not None else loop.max_iterations
+        bits.append(f"loop {edge.loop} ≤{cap}")
     return " · ".join(bits)
 
 

@@ -413,11 +413,19 @@ class Edge:
 
 @dataclass(frozen=True, slots=True)
 class Loop:
-    """A declared loop: how many times its edges may be taken."""
+    """A declared loop: how many times its edges may be taken.
+
+    With ``bound`` (upstream's ``as fix("{{outputs.plan.cap}}")``) the number is
+    read from the run each time a loop edge is considered, and ``max_iterations``
+    is unused.
+    """
 
     name: str
     max_iterations: int
     span: Span
+    bound: Template | None = None
+    #: ``bound`` as written (for messages and the graph).
+    bound_source: str = ""
 
 
 @dataclass(frozen=True, slots=True)

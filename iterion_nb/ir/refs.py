@@ -171,11 +171,11 @@ class RefChecker:
         if len(path) < 3:
             return
         field = path[2]
-        if field == "_session_id":  # the node's conversation, for session: inherit / fork
+        if field in ("_session_id", "_session_fingerprint"):  # its conversation (inherit/fork)
             if not isinstance(target, m.AgentNode):
                 self.diags.add(
                     "C031",
-                    f"'outputs.{path[1]}._session_id': '{path[1]}' is a {target.kind} node;"
+                    f"'outputs.{path[1]}.{field}': '{path[1]}' is a {target.kind} node;"
                     " only agents and judges hold a conversation",
                     span,
                 )

@@ -293,6 +293,12 @@ def _check_cycles(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None
     succ: dict[str, list[m.Edge]] = {}
     for edge in plain:
         succ.setdefault(edge.src, []).append(edge)
+    # upstream's rule: a back-edge between nodes that take part in some loop is bounded
+    looping: dict[str, str] = {}
+    for edge in edges:
+        if edge.loop is not None:
+            looping.setdefault(edge.src, edge.loop)
+            looping.setdefault(edge.dst, edge.loop)
     state: dict[str, int] = {}  # 1 = on the stack, 2 = finished
     for root in draft.nodes:
         if root in state:
@@ -310,15 +316,34 @@ def _check_cycles(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None
             edge = outs[index]
             mark = state.get(edge.dst)
             if mark == 1:
-                diags.add(
-                    "C019",
-                    f"edge {edge.src} -> {edge.dst} closes a cycle that is not a declared"
-                    " loop: add 'as NAME(N)' to bound it",
-                    edge.span,
-                )
+                _cycle(edge, looping, diags)
             elif mark is None:
                 state[edge.dst] = 1
                 stack.append((edge.dst, 0))
+
+
+def _cycle(edge: m.Edge, looping: dict[str, str], diags: Diagnostics) -> None:
+    """C019 for a cycle no loop touches; C365 (a warning) for one upstream lets through.
+
+    Upstream accepts a back-edge whose ends take part in some declared loop,
+    although that loop need not bound this cycle: it runs until the budget ends it.
+    """
+    near = next((n for n in (edge.src, edge.dst) if n in looping), None)
+    if near is None:
+        diags.add(
+            "C019",
+            f"edge {edge.src} -> {edge.dst} closes a cycle that is not a declared"
+            " loop: add 'as NAME(N)' to bound it",
+            edge.span,
+        )
+        return
+    diags.add(
+        "C365",
+        f"edge {edge.src} -> {edge.dst} closes a cycle that no loop bounds (upstream accepts"
+        f" it because '{near}' is in loop '{looping[near]}'): only the budget stops it; add"
+        " 'as NAME(N)' to bound it",
+        edge.span,
+    )
 
 
 def _check_reach(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> None:
@@ -432,7 +457,8 @@ def _check_mappings(draft: Draft, edges: list[m.Edge], diags: Diagnostics) -> No
         if fields is None or not edge.mapping:
             continue
         for key, _ in edge.mapping:
-            if key not in fields and key != "_session_id":  # names a conversation to continue
+            if key not in fields and key not in ("_session_id", "_session_fingerprint"):
+                # (those two name a conversation to continue, and its backend)
                 diags.add(
                     "C362",  # a warning, as upstream accepts it: the key is passed along
                     f"'{key}' is not a field of the input schema of '{edge.dst}'"

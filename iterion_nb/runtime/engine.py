@@ -36,7 +36,7 @@ from iterion_nb.ir import model as m
 from iterion_nb.ir.evaluate import ExpressionError, evaluate, truthy
 from iterion_nb.runtime.ports import Backend, Store
 from iterion_nb.runtime.records import RunStatus
-from iterion_nb.runtime.scope import RenderError, Scope
+from iterion_nb.runtime.scope import RenderError, Scope, loop_bound
 from iterion_nb.runtime.state import Frontier, Group, RunState
 
 #: Share of a budget at which ``budget_warning`` is emitted.
@@ -568,10 +568,23 @@ class Engine:
             )
         return nexts
 
-    def _open(self, edge: m.Edge) -> bool:
+    def _open(self, edge: m.Edge, f: Frontier) -> bool:
         if edge.loop is None:
             return True
-        return self.state.loops.get(edge.loop, 0) < self.wf.loops[edge.loop].max_iterations
+        return self.state.loops.get(edge.loop, 0) < self._loop_max(edge.loop, f)
+
+    def _loop_max(self, name: str, f: Frontier) -> int:
+        """A loop's bound: as declared, or read from the run now (``as l("{{ref}}")``)."""
+        loop = self.wf.loops[name]
+        if loop.bound is None:
+            return loop.max_iterations
+        scope = Scope(self.wf, self.state, self.run_id, f.input, self.elapsed_total())
+        try:
+            return loop_bound(loop, scope.value(loop.bound))
+        except RenderError as err:
+            raise NodeError(
+                f.node, f"loop '{name}': its bound {loop.bound_source!r}: {err}"
+            ) from None
 
     def _holds(self, edge: m.Edge, bare: Any, f: Frontier) -> bool:
         cond = edge.condition
@@ -598,11 +611,11 @@ class Engine:
         )
         for edge in ordered:
             if self._holds(edge, bare, f):
-                if self._open(edge):
+                if self._open(edge, f):
                     return [edge]
                 exhausted = exhausted or edge
         if exhausted is not None and exhausted.loop is not None:
-            bound = self.wf.loops[exhausted.loop].max_iterations
+            bound = self._loop_max(exhausted.loop, f)
             raise NodeError(node.name, f"loop '{exhausted.loop}' is exhausted ({bound} iterations)")
         raise NodeError(node.name, "no outgoing edge matches its output")
 
@@ -611,9 +624,11 @@ class Engine:
     ) -> list[m.Edge]:
         if node.mode == "fan_out_all":
             taken = [
-                e for e in edges if not e.otherwise and self._holds(e, f.input, f) and self._open(e)
+                e
+                for e in edges
+                if not e.otherwise and self._holds(e, f.input, f) and self._open(e, f)
             ]
-            return taken or [e for e in edges if e.otherwise and self._open(e)]
+            return taken or [e for e in edges if e.otherwise and self._open(e, f)]
         if node.mode == "condition":
             return self._first_match(node, edges, f.input, f)
         if node.mode == "round_robin":

@@ -42,7 +42,7 @@ class Scope:
         """The namespaces as plain data, for the expression evaluator."""
         loops = {
             name: {
-                "iteration": self.state.loops.get(name, 0), "max": loop.max_iterations,
+                "iteration": self.state.loops.get(name, 0), "max": self._loop_max(loop),
                 "previous_output": self.state.loop_outputs.get(name),
             }
             for name, loop in self.wf.loops.items()
@@ -62,6 +62,15 @@ class Scope:
             "run": self.run_values(),
         }
 
+    def _loop_max(self, loop: m.Loop) -> int | None:
+        """A loop's bound as the run reads it now (None: its template has no value yet)."""
+        if loop.bound is None:
+            return loop.max_iterations
+        try:
+            return loop_bound(loop, self.value(loop.bound))
+        except RenderError:
+            return None
+
     def _extras(self, node: str) -> dict[str, Any]:
         """What an expression finds on a node besides its output's fields."""
         extras: dict[str, Any] = {}
@@ -69,6 +78,7 @@ class Scope:
             extras["history"] = self.state.history[node]
         if node in self.state.sessions:
             extras[SESSION_ID] = node
+            extras[SESSION_FINGERPRINT] = fingerprint(self.state.sessions[node])
         return extras
 
     def lookup(self, path: tuple[str, ...]) -> Any:
@@ -114,9 +124,11 @@ class Scope:
         state = self.state
         if len(rest) >= 2 and rest[1] == "history":
             return state.history.get(rest[0], []), rest[2:]
-        if len(rest) >= 2 and rest[1] == SESSION_ID:
+        if len(rest) >= 2 and rest[1] in (SESSION_ID, SESSION_FINGERPRINT):
             if rest[0] not in state.sessions:
                 raise RenderError(f"'{'.'.join(path)}': '{rest[0]}' has no conversation yet")
+            if rest[1] == SESSION_FINGERPRINT:
+                return fingerprint(state.sessions[rest[0]]), rest[2:]
             return rest[0], rest[2:]
         if rest[0] not in state.outputs:
             raise RenderError(f"'{'.'.join(path)}': node '{rest[0]}' has not run yet")
@@ -145,6 +157,29 @@ def quoted_lookup(scope: Scope, quote: Callable[[str], str]) -> Callable[[tuple[
 
 #: The field naming a node's conversation, for ``session: inherit`` / ``fork`` (upstream's name).
 SESSION_ID = "_session_id"
+#: Which backend holds that conversation (upstream passes it along with the id).
+SESSION_FINGERPRINT = "_session_fingerprint"
+
+
+def loop_bound(loop: m.Loop, value: Any) -> int:
+    """A templated loop bound's value as a whole number ≥ 0 (upstream takes "3" too).
+
+    Raises:
+        RenderError: It is not one.
+    """
+    number: Any = value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value.strip())
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+        raise RenderError(f"gave {value!r}, not a whole number of iterations")
+    return number
+
+
+def fingerprint(session: Mapping[str, Any]) -> str:
+    """The backend whose conversation ``session`` is (``claw`` or ``claude_code``)."""
+    return str(session.get("backend") or "claw")
 
 
 def node_output(output: Mapping[str, Any], extras: Mapping[str, Any]) -> dict[str, Any]:

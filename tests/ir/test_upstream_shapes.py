@@ -472,3 +472,56 @@ async def test_the_workflows_interaction_is_the_mode_of_nodes_that_set_none() ->
     handle, _ = await run("workflow_interaction", scenario)
     assert handle.status == "finished", handle.error
     assert handle.outputs["gate"] == {"text": "yes, ship"}  # answered by the model, no pause
+
+
+def _checks(*oks: bool) -> dict[str, Any]:
+    return {"visits": [[{"output": {"ok": ok}}] for ok in oks]}
+
+
+@pytest.mark.parametrize(
+    ("cap", "checks", "status", "fixes"),
+    [
+        (2, (False, True), "finished", 2),  # fixed on the second pass, within the bound
+        (2, (False, False, False), "failed", 3),  # bound 2: the third "not ok" falls to fail
+        ("3", (False, False, False, True), "finished", 4),  # a number as text counts too
+    ],
+)  # fmt: skip
+async def test_a_loop_bound_is_read_from_the_run(
+    cap: Any, checks: tuple[bool, ...], status: str, fixes: int
+) -> None:
+    scenario = {"nodes": {
+        "fixer": [{"text": "patched"}], "checker": _checks(*checks),
+        "reviewer": [{"text": "looks right"}],
+    }}  # fmt: skip
+    session = Session(MemoryStore(), scenario=scenario)
+    try:
+        handle = await session.start(
+            it.compile_file(UPSTREAM / "templated_loop.bot"), vars={"cap": cap}
+        )
+        assert await handle.wait(20) == status, handle.error
+        events = await handle.events()
+    finally:
+        await session.close()
+    assert visits(events, "fixer") == fixes
+    asked = [e.data["messages"][-1] for e in events
+             if e.type == "llm_request" and e.node_id == "fixer"]  # fmt: skip
+    assert f"(pass 1 of {int(cap)})" in json.dumps(asked[1])  # loop.fix.max: the run's bound
+    if status == "finished":  # the fork names its parent's backend, as upstream passes it
+        review = next(e for e in events if e.type == "llm_request" and e.node_id == "reviewer")
+        assert "Review the fix (claw)." in json.dumps(review.data["messages"])
+
+
+async def test_a_loop_bound_that_is_not_a_number_fails_the_node_naming_it() -> None:
+    scenario = {"nodes": {"fixer": [{"text": "patched"}], "checker": _checks(False)}}
+    session = Session(MemoryStore(), scenario=scenario)
+    try:
+        handle = await session.start(
+            it.compile_file(UPSTREAM / "templated_loop.bot"), vars={"cap": 2.5}
+        )
+        assert await handle.wait(20) == "failed_resumable"
+    finally:
+        await session.close()
+    assert handle.error == (
+        "node 'checker': loop 'fix': its bound '{{outputs.planner.cap}}': gave 2.5, not a"
+        " whole number of iterations"
+    )
