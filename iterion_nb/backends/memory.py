@@ -2,24 +2,28 @@
 
 A node with ``memory: enabled: true, scope: NAME`` works with a folder of
 Markdown notes outside the working tree, at
-``$ITERION_NB_HOME/projects/<working directory as one name>/memory/NAME/``
+``$ITERION_NB_HOME/projects/<working directory as one name>-<digest>/memory/NAME/``
 (``ITERION_NB_HOME`` defaults to ``~/.iterion_nb``), so every run in that
 directory, and every node with that scope, shares them. The agent gets:
 
 - ``memory_read(path)`` and ``memory_list(path)`` (unless ``read: false``), and
   ``memory_write(path, content)`` (unless ``write: false``), paths relative to the
   scope's folder and never outside it;
-- in its system prompt, an index of the notes (path, and the ``title``, ``tags``
-  and ``description`` of a front matter, or the first ``# heading``), then the
-  files its ``autoload`` globs name, in full.
+- after its system prompt (read once, as the node's call starts), an index of
+  the notes (path, and the ``title``, ``tags`` and ``description`` of a front
+  matter, or the first ``# heading``), then the
+  files its ``autoload`` globs name, in full (at most :data:`MAX_PROMPT_CHARS`).
 
 Both backends offer the same tools (the claude CLI through the node's MCP server).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import re
+import tempfile
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
@@ -30,10 +34,20 @@ from iterion_nb.ir import model as m
 _PEEK = 4096
 
 
+#: The most of the notes' text (index and autoloaded files) put in a system prompt.
+MAX_PROMPT_CHARS = 64_000
+
+
 def memory_root(workdir: str | Path, scope: str) -> Path:
-    """The scope's folder for notes of runs in ``workdir``."""
+    """The scope's folder for notes of runs in ``workdir``.
+
+    The folder's name is the working directory made one readable name, plus a
+    digest of it (``/a/b-c`` and ``/a-b/c`` read alike, and must not share notes).
+    """
     home = Path(os.environ.get("ITERION_NB_HOME") or Path.home() / ".iterion_nb")
-    key = re.sub(r"[^A-Za-z0-9._-]", "-", str(Path(workdir).resolve()))
+    where = str(Path(workdir).resolve())
+    digest = hashlib.sha256(where.encode()).hexdigest()[:12]
+    key = f"{re.sub(r'[^A-Za-z0-9._-]', '-', where).strip('-')[-80:]}-{digest}"
     return home / "projects" / key / "memory" / scope
 
 
@@ -44,11 +58,21 @@ class MemoryScope:
         self.root = root
 
     def resolve(self, rel: str) -> Path:
-        """``rel`` inside the scope; :class:`ToolError` for an absolute or escaping path."""
+        """``rel`` inside the scope; :class:`ToolError` for a path that leaves it.
+
+        Absolute paths, ``..`` and symbolic links that lead out are all refused
+        (checked on the real path, as the file tools do).
+        """
+        if "\0" in rel:
+            raise ToolError(f"memory path {rel!r} holds a NUL character")
         if Path(rel).is_absolute():
             raise ToolError(f"memory paths are relative to the scope, not absolute: {rel!r}")
+        root = self.root.resolve()
         path = Path(os.path.normpath(self.root / rel))
-        if path != self.root and self.root not in path.parents:
+        real = path.resolve()
+        if (path != self.root and self.root not in path.parents) or (
+            real != root and root not in real.parents
+        ):
             raise ToolError(f"memory path {rel!r} leaves the scope")
         return path
 
@@ -68,10 +92,24 @@ class MemoryScope:
         target = self.resolve(path)
         if target == self.root:
             raise ToolError("memory_write needs a file name")
+        try:
+            return self._write(path, target, content)
+        except OSError as err:  # a folder where a file should be, a name too long …
+            raise ToolError(f"memory_write {path!r}: {err.strerror or err}") from None
+
+    def _write(self, path: str, target: Path, content: str) -> str:
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(content)
+        self.resolve(path)  # again, now that its folders exist
+        # whole or not at all: a reader (another branch) never sees half a note
+        fd, temp = tempfile.mkstemp(prefix=".note-", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(content)
+            os.replace(temp, target)  # (replaces a link, never writes through it)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
         return f"wrote {len(content)} characters to memory note {path}"
 
     def list_notes(self, path: str = "") -> str:
@@ -83,23 +121,43 @@ class MemoryScope:
         return "\n".join(str(Path(path) / n) if path else n for n in names) or "(empty)"
 
     def names(self) -> list[str]:
-        """Every note, relative to the scope's folder, sorted."""
+        """Every note, relative to the scope's folder, sorted (links that lead out left out)."""
         if not self.root.is_dir():
             return []
-        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
+        found = []
+        for path in self.root.rglob("*"):
+            rel = str(path.relative_to(self.root))
+            if path.is_file() and not path.name.startswith(".note-"):
+                with contextlib.suppress(ToolError):
+                    self.resolve(rel)
+                    found.append(rel)
+        return sorted(found)
 
-    def tools(self, spec: m.Memory) -> dict[str, Tool]:
-        """The tools the node's ``read`` / ``write`` allow, by name."""
+    def tools(self, spec: m.Memory, readonly: bool = False) -> dict[str, Tool]:
+        """The tools the node's ``read`` / ``write`` allow (a ``readonly`` node writes none)."""
         made: list[Tool] = []
         if spec.read:
             made.append(make_tool(self.read_note, "memory_read"))
             made.append(make_tool(self.list_notes, "memory_list"))
-        if spec.write:
+        if spec.write and not readonly:
             made.append(make_tool(self.write_note, "memory_write"))
         return {t.name: t for t in made}
 
     def prompt(self, spec: m.Memory) -> str:
-        """The index of the notes, then the ``autoload`` files in full ("" when none)."""
+        """The index of the notes, then the ``autoload`` files in full ("" when none).
+
+        At most :data:`MAX_PROMPT_CHARS` of it: past that, a line says what was left out.
+        """
+        text = self._prompt(spec)
+        if len(text) <= MAX_PROMPT_CHARS:
+            return text
+        left = len(text) - MAX_PROMPT_CHARS
+        return (
+            text[:MAX_PROMPT_CHARS]
+            + f"\n[… {left} more characters of notes left out: read them with memory_read]"
+        )
+
+    def _prompt(self, spec: m.Memory) -> str:
         parts = []
         notes = [n for n in self.names() if n.lower().endswith(".md")]
         if notes:
@@ -123,6 +181,10 @@ class MemoryScope:
                 continue
             for hit in sorted(self.root.glob(pattern)) if self.root.is_dir() else []:
                 rel = str(hit.relative_to(self.root))
+                try:
+                    self.resolve(rel)  # a link that leads out is not autoloaded
+                except ToolError:
+                    continue
                 if hit.is_file() and rel not in seen:
                     seen[rel] = hit.read_text(encoding="utf-8", errors="replace")
         return list(seen.items())

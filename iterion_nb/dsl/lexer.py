@@ -137,6 +137,7 @@ class Lexer:
                 first = len(self.tokens)
                 self._scan(text, start, line_no)
                 if self._is_prompt_header(first):
+                    self._block = None  # `prompt p: |`: a prompt's text is a block anyway
                     i = self._raw_block(i + 1, width)
                     continue
                 if self._block is not None:
@@ -301,12 +302,18 @@ class Lexer:
                 body.append((k + 1, ""))
                 k += 1
                 continue
-            width, _ = _indent_width(text)
+            width, tab_col = _indent_width(text)
             if margin is None:
                 margin = width
             if width < margin or width <= key_width:
                 break
-            body.append((k + 1, text))
+            if tab_col is not None:
+                self.diags.add(
+                    "S002", "tab used for indentation; indent with 2 spaces",
+                    Span.point(k + 1, tab_col),
+                )  # fmt: skip
+            lead = len(text) - len(text.lstrip(" \t"))
+            body.append((k + 1, text[:lead].replace("\t", "  ") + text[lead:]))  # widths
             k += 1
         while body and body[-1][1] == "":
             body.pop()

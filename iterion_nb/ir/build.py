@@ -99,6 +99,7 @@ class Draft:
     #: ``cursor NAME:`` declarations, and every agent's settings of them (checked last).
     cursors: dict[str, m.Cursor] = field(default_factory=dict)
     cursor_uses: list[dials.CursorUse] = field(default_factory=list)
+    rejected_cursors: set[str] = field(default_factory=set)
     #: The workflow's ``mcp:`` servers (less its ``disable``), which agents inherit.
     mcp_active: tuple[str, ...] = ()
     #: Where the workflow's ``mcp:`` names each server (for an unknown one's error).
@@ -318,7 +319,10 @@ class Builder:
     # -- nodes ---------------------------------------------------------------
     def _node(self, decl: ast.NodeDecl) -> None:
         if decl.kind == "cursor":  # cursors have names of their own
-            dials.declare(decl, self._properties(decl), self.draft.cursors, self.read, self.diags)
+            dials.declare(
+                decl, self._properties(decl), self.draft.cursors, self.read, self.diags,
+                self.draft.rejected_cursors,
+            )  # fmt: skip
             return
         if decl.name in m.TERMINALS:
             self.diags.add(

@@ -32,9 +32,9 @@ class CursorUse:
 
 def declare(
     decl: ast.NodeDecl, props: dict[str, ast.Property], cursors: dict[str, m.Cursor],
-    read: ValueReader, diags: Diagnostics,
+    read: ValueReader, diags: Diagnostics, rejected: set[str],
 ) -> None:  # fmt: skip
-    """``cursor NAME:`` into ``cursors`` (C086 twice, C085 malformed)."""
+    """``cursor NAME:`` into ``cursors`` (C086 twice, C085 malformed: then in ``rejected``)."""
     if decl.name in cursors:
         diags.add("C086", f"cursor '{decl.name}' is declared twice", decl.name_span)
         return
@@ -44,17 +44,27 @@ def declare(
         problem = "declare either 'values:' (names) or 'bands:' (numbers), not " + (
             "neither" if values is None else "both"
         )
+    written = [e for p in (values, bands) if isinstance(p and p.value, ast.BlockValue)
+               for e in p.value.entries]  # type: ignore[union-attr]  # fmt: skip
     parsed_values = _entries(values, read, diags) if values is not None else []
+    parsed_band_entries = _entries(bands, read, diags) if bands is not None else []
+    if len(parsed_values) + len(parsed_band_entries) != len(written) or not written:
+        if problem is None and not written:
+            diags.add("C085", f"cursor '{decl.name}' has no values or bands", decl.name_span)
+        rejected.add(decl.name)
+        return  # (what was wrong is reported; a cursor half declared is not one)
     parsed_bands = []
-    for key, text, span in _entries(bands, read, diags) if bands is not None else []:
+    for key, text, span in parsed_band_entries:
         band, why = _band(key)
         if band is None:
             diags.add("C085", f"cursor '{decl.name}': band \"{key}\": {why}", span)
+            rejected.add(decl.name)
             return
         parsed_bands.append((*band, text))
     problem = problem or _overlap(parsed_bands) or _duplicate(parsed_values)
     if problem is not None:
         diags.add("C085", f"cursor '{decl.name}': {problem}", decl.name_span)
+        rejected.add(decl.name)
         return
     description = props.get("description")
     cursors[decl.name] = m.Cursor(
@@ -90,10 +100,18 @@ def settings(
     return chosen, uses
 
 
-def check_uses(uses: list[CursorUse], cursors: dict[str, m.Cursor], diags: Diagnostics) -> None:
-    """C083 for a setting of an undeclared cursor, C084 for a value it does not accept."""
+def check_uses(
+    uses: list[CursorUse], cursors: dict[str, m.Cursor], diags: Diagnostics,
+    rejected: set[str] = frozenset(),  # type: ignore[assignment]
+) -> None:  # fmt: skip
+    """C083 for a setting of an undeclared cursor, C084 for a value it does not accept.
+
+    (A cursor whose declaration was refused has its C085 already: not repeated.)
+    """
     for use in uses:
         cursor = cursors.get(use.cursor)
+        if cursor is None and use.cursor in rejected:
+            continue
         if cursor is None:
             diags.add(
                 "C083",

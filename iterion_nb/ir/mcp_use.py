@@ -28,14 +28,13 @@ def resolve_mcp(draft: Draft, diags: Diagnostics) -> None:
 
 
 def _resolved(draft: Draft, node: m.AgentNode, diags: Diagnostics) -> m.AgentNode:
-    mcp_span = _value_span(draft, node, "mcp")
     for server in (*node.mcp, *node.mcp_disable):
-        _known(draft, server, f"'{node.name}'", mcp_span, diags)
+        _known(draft, server, f"'{node.name}'", _value_span(draft, node, "mcp", server), diags)
     from_tools: list[str] = []
-    tools_span = _value_span(draft, node, "tools")
     for tool in node.tools:
         if "." not in tool:
             continue
+        tools_span = _value_span(draft, node, "tools", tool)
         named = _tool_server(draft, node, tool, tools_span, diags)
         if named is None:
             continue
@@ -92,11 +91,21 @@ def _known(draft: Draft, server: str, who: str, span: Span, diags: Diagnostics) 
         )
 
 
-def _value_span(draft: Draft, node: m.AgentNode, name: str) -> Span:
-    """Where the node's property ``name`` is written (else the node's name)."""
+def _value_span(draft: Draft, node: m.AgentNode, name: str, item: str) -> Span:
+    """Where ``item`` is written in the node's property ``name`` (at worst, the node)."""
     decl = draft.node_decls.get(node.name)
-    if isinstance(decl, ast.NodeDecl):
-        for prop in decl.properties:
-            if prop.name == name:
-                return prop.value.span
+    if not isinstance(decl, ast.NodeDecl):
+        return node.span
+    for prop in decl.properties:
+        if prop.name != name:
+            continue
+        values = [prop.value]
+        if isinstance(prop.value, ast.BlockValue):  # mcp: servers: / disable:
+            values = [e.value for e in prop.value.entries]
+        for value in values:
+            items = value.items if isinstance(value, ast.ListValue) else (value,)
+            for entry in items:
+                if getattr(entry, "name", getattr(entry, "text", None)) == item:
+                    return entry.span
+        return prop.value.span
     return node.span

@@ -185,7 +185,7 @@ class Cursor:
             for lo, hi, text in self.bands:
                 if lo <= number <= hi:
                     return text, ""
-            if self.bands:
+            if self.bands or not self.values:
                 return None, "no band covers this value"
             index = min(int(number * len(self.values)), len(self.values) - 1)
             return self.values[index][1], ""

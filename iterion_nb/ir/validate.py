@@ -24,7 +24,7 @@ def validate(draft: Draft, diags: Diagnostics) -> None:
     _check_joins(draft, edges, diags)
     _check_nodes(draft, diags)
     resolve_mcp(draft, diags)
-    check_uses(draft.cursor_uses, draft.cursors, diags)
+    check_uses(draft.cursor_uses, draft.cursors, diags, draft.rejected_cursors)
     _check_mappings(draft, edges, diags)
     refs = RefChecker(draft, members, diags)
     refs.check_prompts()

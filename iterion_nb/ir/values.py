@@ -94,9 +94,9 @@ class ValueReader:
         )
 
     def name(self, prop: ast.Property) -> str | None:
-        """A bare name (quoted is accepted too)."""
+        """A bare name (quoted is accepted too); a dotted one is not a name."""
         value = prop.value
-        if isinstance(value, ast.IdentValue):
+        if isinstance(value, ast.IdentValue) and "." not in value.name:
             return value.name
         if isinstance(value, ast.StringValue) and value.text:
             return value.text

@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -338,8 +339,9 @@ class NodeRunner:
             )
             await emit("tool_called", {"command": command})
             return await self._execute(node, f, command)
+        literal = _LITERALS[m.SCRIPT_LANGUAGES[node.language]]
         text = node.script.render(
-            lambda path: json.dumps(scope.lookup(path), ensure_ascii=False),
+            lambda path: literal(scope.lookup(path)),
             os.environ,
             raw=lambda path: _raw_value(scope.lookup(path)),
         )
@@ -461,6 +463,23 @@ def shell_word(value: Any) -> str:
     if isinstance(value, list) and not any(isinstance(v, dict | list) for v in value):
         return " ".join(shlex.quote(v if isinstance(v, str) else json.dumps(v)) for v in value)
     return shlex.quote(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+
+
+def _python_literal(value: Any) -> str:
+    """A value as Python source: ``repr`` of JSON data is a Python literal (True, None, …)."""
+    return repr(value)
+
+
+def _json_literal(value: Any) -> str:
+    """A value as JavaScript source: JSON is a JavaScript literal."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+#: How ``{{ref}}`` appears in a script, by interpreter: a literal of its language (in a
+#: shell script, one quoted word, as in a command: never something the shell expands).
+_LITERALS: dict[str, Callable[[Any], str]] = {
+    "sh": shell_word, "bash": shell_word, "node": _json_literal, "python3": _python_literal,
+}  # fmt: skip
 
 
 def _raw_value(value: Any) -> str:

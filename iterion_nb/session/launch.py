@@ -115,6 +115,11 @@ def attachment_values(wf: m.Workflow, given: Mapping[str, Any] | None) -> dict[s
         except OSError as err:
             raise VarsError(f"attachment '{name}': cannot read {path}: {err.strerror}") from None
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        if spec.kind == "image" and not mime.startswith("image/"):
+            raise VarsError(
+                f"attachment '{name}' is an image; {path.name} is {mime} (give a .png, .jpg,"
+                " .gif or .webp file)"
+            )
         if spec.accept_mime and not any(fnmatch.fnmatch(mime, a) for a in spec.accept_mime):
             raise VarsError(
                 f"attachment '{name}': {path.name} is {mime}; it takes"

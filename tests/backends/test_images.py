@@ -104,3 +104,21 @@ async def test_an_image_too_large_or_gone_reaches_the_model_as_a_note(tmp_path: 
     assert image_data({"path": str(gone)}) == (
         f"[image {gone} could not be read: No such file or directory]"
     )
+
+
+async def test_an_image_attachment_must_be_an_image(tmp_path: Path) -> None:
+    import iterion_nb as it
+    from iterion_nb.errors import VarsError
+    from iterion_nb.session import Session
+    from iterion_nb.store import MemoryStore
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a picture")
+    session = Session(MemoryStore(), scenario={"nodes": {"looker": [{"text": "?"}]}})
+    try:
+        with pytest.raises(
+            VarsError, match=r"attachment 'logo' is an image; notes.txt is text/plain"
+        ):
+            await session.start(it.compile(FLOW), attachments={"logo": notes})
+    finally:
+        await session.close()

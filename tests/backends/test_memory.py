@@ -106,3 +106,31 @@ async def test_a_note_one_agent_writes_is_in_the_next_ones_prompt(
     refused = h.last_user_text("reader", 3).lower()  # write: false: no memory_write
     assert "unknown tool 'memory_write'" in refused or "no such tool available" in refused
     assert not (note.parent / "x.md").exists()
+
+
+def test_notes_stay_inside_their_scope_even_through_links(tmp_path: Path) -> None:
+    from iterion_nb.backends.memory import MemoryScope
+    from iterion_nb.backends.tools import ToolError
+    from iterion_nb.ir.model import Memory
+
+    root = tmp_path / "scope"
+    root.mkdir()
+    (tmp_path / "secret.txt").write_text("SECRET")
+    (root / "link.md").symlink_to(tmp_path / "secret.txt")
+    (root / "out").symlink_to(tmp_path)
+    notes = MemoryScope(root)
+    for attempt in (lambda: notes.read_note("link.md"),
+                    lambda: notes.read_note("../secret.txt"),
+                    lambda: notes.write_note("out/planted.md", "x"),
+                    lambda: notes.list_notes("out")):  # fmt: skip
+        with pytest.raises(ToolError, match="leaves the scope"):
+            attempt()
+    assert not (tmp_path / "planted.md").exists()
+    assert "SECRET" not in notes.prompt(Memory("scope", autoload=("*.md", "out/*")))
+    # a readonly agent reads its notes but writes none
+    assert sorted(notes.tools(Memory("scope"), readonly=True)) == ["memory_list", "memory_read"]
+    # a note is replaced whole (never half written), and two folders never share notes
+    notes.write_note("brief.md", "one")
+    notes.write_note("brief.md", "two")
+    assert notes.read_note("brief.md") == "two" and notes.names() == ["brief.md"]
+    assert memory_root("/a/b-c", "s") != memory_root("/a-b/c", "s")

@@ -525,3 +525,38 @@ async def test_a_loop_bound_that_is_not_a_number_fails_the_node_naming_it() -> N
         "node 'checker': loop 'fix': its bound '{{outputs.planner.cap}}': gave 2.5, not a"
         " whole number of iterations"
     )
+
+
+async def test_a_value_in_a_script_is_a_literal_of_its_language_never_shell(
+    tmp_path: Path,
+) -> None:
+    planted = tmp_path / "planted"
+    source = f"""
+vars:
+  note: string = "$(touch {planted}) `touch {planted}` $HOME"
+  flags: json = {{"ok": true, "none": null, "n": 2}}
+
+tool shell:
+  script: |
+    printf '%s' {{{{vars.note}}}}
+
+tool python:
+  language: py
+  script: |
+    flags = {{{{vars.flags}}}}
+    print(flags["ok"] is True, flags["none"] is None, {{{{vars.note}}}}.startswith("$("))
+
+workflow w:
+  entry: shell
+  shell -> python
+  python -> done
+"""
+    session = Session(MemoryStore(), workdir=tmp_path)
+    try:
+        handle = await session.start(it.compile(source))
+        assert await handle.wait(20) == "finished", handle.error
+    finally:
+        await session.close()
+    assert not planted.exists()  # nothing the value held was run
+    assert handle.outputs["shell"]["stdout"] == f"$(touch {planted}) `touch {planted}` $HOME"
+    assert handle.outputs["python"]["stdout"] == "True True True\n"

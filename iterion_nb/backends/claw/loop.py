@@ -154,7 +154,9 @@ class AgentLoop:
             MemoryScope(memory_root(request.workdir, node.memory.scope)) if node.memory else None
         )
         if self.memory is not None and node.memory is not None:
-            self.tools.update(self.memory.tools(node.memory))
+            self.tools.update(self.memory.tools(node.memory, node.readonly))
+        #: The notes' index and autoloaded files, read once, when the call starts.
+        self._remembered: str | None = None
         self.interaction_specs = it_tools.tools_for(node.interaction)
         self._specs = [t.spec for t in self.tools.values()] + self.interaction_specs
         self.tool_context = ToolContext(Path(request.workdir), node.readonly)
@@ -174,9 +176,10 @@ class AgentLoop:
         """The node's system prompt, plus the async protocol and the output format."""
         parts = [self.request.system] if self.request.system else []
         if self.memory is not None and self.node.memory is not None:
-            remembered = self.memory.prompt(self.node.memory)  # read as the call starts
-            if remembered:
-                parts.append(remembered)
+            if self._remembered is None:  # once: a note written meanwhile is read by a tool
+                self._remembered = self.memory.prompt(self.node.memory)
+            if self._remembered:
+                parts.append(self._remembered)
         if self.node.interaction == "async":
             parts.append(it_tools.PROTOCOL)
         if self.request.output_schema is not None:
