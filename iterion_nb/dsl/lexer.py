@@ -292,45 +292,20 @@ class Lexer:
         """
         opener, self._block = self._block, None
         assert opener is not None
-        lines = self.source.lines
-        body: list[tuple[int, str]] = []
-        margin: int | None = None
-        k = index
-        while k < len(lines):
-            text = lines[k]
-            if text.strip() == "":
-                body.append((k + 1, ""))
-                k += 1
-                continue
-            width, tab_col = _indent_width(text)
-            if margin is None:
-                margin = width
-            if width < margin or width <= key_width:
-                break
-            if tab_col is not None:
-                self.diags.add(
-                    "S002", "tab used for indentation; indent with 2 spaces",
-                    Span.point(k + 1, tab_col),
-                )  # fmt: skip
-            lead = len(text) - len(text.lstrip(" \t"))
-            body.append((k + 1, text[:lead].replace("\t", "  ") + text[lead:]))  # widths
-            k += 1
-        while body and body[-1][1] == "":
-            body.pop()
-        if margin is None or not body or margin <= key_width:
+        raw = self._indented(index, key_width, to_first=True)
+        if not raw:
             self.diags.add(
                 "S003", "empty block: the lines after '|' must be indented deeper than the key",
                 opener,
             )  # fmt: skip
             self.tokens.insert(len(self.tokens) - 1, Token(TokenKind.STRING, "", opener))
             return index
-        raw = tuple(RawLine(t[margin:] if t else "", no, margin + 1) for no, t in body)
         text = "\n".join(r.text for r in raw) + "\n"
         end = Span(opener.line, opener.column, raw[-1].line, raw[-1].column + len(raw[-1].text))
         newline = self.tokens.pop()  # the opener line's end comes after its string
         self.tokens.append(Token(TokenKind.STRING, text, end, raw))
         self.tokens.append(newline)
-        return index + len(body)
+        return index + len(raw)
 
     def _raw_line(self, text: str, line_no: int) -> None:
         """One more line of a backtick string; the one with the closing '`' ends it."""
@@ -380,38 +355,45 @@ class Lexer:
 
     def _raw_block(self, index: int, header_width: int) -> int:
         """Collect the indented text block after a prompt header."""
-        lines = self.source.lines
-        body: list[tuple[int, str]] = []
-        k = index
-        while k < len(lines):
-            text = lines[k]
-            if text.strip() == "":
-                body.append((k + 1, ""))
-                k += 1
-                continue
-            width, tab_col = _indent_width(text)
-            if width <= header_width:
-                break
-            if tab_col is not None:
-                self.diags.add(
-                    "S002",
-                    "tab used for indentation; indent with 2 spaces",
-                    Span.point(k + 1, tab_col),
-                )
-            lead = len(text) - len(text.lstrip(" \t"))
-            body.append((k + 1, text[:lead].replace("\t", "  ") + text[lead:]))
-            k += 1
-        while body and body[-1][1] == "":
-            body.pop()
-            k -= 1
-        if not body:
-            return k
-        margin = min(_indent_width(t)[0] for _, t in body if t)
-        raw = tuple(RawLine(t[margin:] if t else "", no, margin + 1) for no, t in body)
+        raw = self._indented(index, header_width, to_first=False)
+        if not raw:
+            return index
         span = Span(raw[0].line, raw[0].column, raw[-1].line, raw[-1].column + len(raw[-1].text))
         text = "\n".join(r.text for r in raw)
         self.tokens.append(Token(TokenKind.RAW, text, span, raw))
-        return k
+        return index + len(raw)
+
+    def _indented(self, index: int, outer: int, *, to_first: bool) -> tuple[RawLine, ...]:
+        """The lines from ``index`` indented deeper than ``outer``, common margin removed.
+
+        Blank lines inside are kept, trailing ones not; tabs are S002 and count as
+        two columns. ``to_first``: a line less indented than the first also ends it.
+        """
+        lines = self.source.lines
+        body: list[tuple[int, str]] = []
+        first: int | None = None
+        for k in range(index, len(lines)):
+            text = lines[k]
+            if text.strip() == "":
+                body.append((k + 1, ""))
+                continue
+            width, tab_col = _indent_width(text)
+            first = width if first is None else first
+            if width <= outer or (to_first and width < first):
+                break
+            if tab_col is not None:
+                self.diags.add(
+                    "S002", "tab used for indentation; indent with 2 spaces",
+                    Span.point(k + 1, tab_col),
+                )  # fmt: skip
+            lead = len(text) - len(text.lstrip(" \t"))
+            body.append((k + 1, text[:lead].replace("\t", "  ") + text[lead:]))
+        while body and body[-1][1] == "":
+            body.pop()
+        if not body:
+            return ()
+        margin = min(_indent_width(t)[0] for _, t in body if t)
+        return tuple(RawLine(t[margin:] if t else "", no, margin + 1) for no, t in body)
 
 
 def tokenize(source: Source, diagnostics: Diagnostics) -> list[Token]:

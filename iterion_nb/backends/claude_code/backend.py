@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from iterion_nb.backends.claw import interaction as it_tools
-from iterion_nb.backends.claw.loop import AgentLoop
+from iterion_nb.backends.claw.loop import AgentLoop, inherited_session
 from iterion_nb.backends.mcp import cli_allowed, cli_servers
 from iterion_nb.backends.providers.base import ToolSpec, image_data
 from iterion_nb.errors import AlreadyAnsweredError, NodeError, PauseRun
@@ -526,17 +526,8 @@ class _Session:
 
     def _inherited(self) -> str | None:
         """The CLI session this node continues or forks (``session:``), or None."""
-        session = self.request.session
-        if session is None:
-            return None
-        if session.get("backend") != "claude_code":
-            raise NodeError(
-                self.node.name,
-                f"session: {getattr(self.node, 'session', 'inherit')} continues a conversation"
-                f" held by the {session.get('backend')} backend; this node runs on claude_code"
-                " (give both nodes the same backend)",
-            )
-        return str(session["session_id"])
+        session = inherited_session(self.request, "claude_code")
+        return None if session is None else str(session["session_id"])
 
     async def _check_answered(self, state: dict[str, Any]) -> None:
         """Resuming before the answers are in pauses again at once (no CLI started)."""

@@ -132,6 +132,23 @@ async def reported_turn(
     return response
 
 
+def inherited_session(request: BackendRequest, backend: str) -> dict[str, Any] | None:
+    """The conversation a node continues or forks, which must be ``backend``'s; or None.
+
+    Raises:
+        NodeError: Another backend holds it.
+    """
+    session = request.session
+    if session is not None and session.get("backend") != backend:
+        raise NodeError(
+            request.node.name,
+            f"session: {getattr(request.node, 'session', 'inherit')} continues a conversation"
+            f" held by the {session.get('backend')} backend; this node runs on {backend}"
+            " (give both nodes the same backend)",
+        )
+    return session
+
+
 class AgentLoop:
     """Runs one agent or judge node call to its final answer (or a pause)."""
 
@@ -282,17 +299,8 @@ class AgentLoop:
 
     def _inherited(self) -> list[Message]:
         """The conversation this node continues or forks (``session:``), or none."""
-        session = self.request.session
-        if session is None:
-            return []
-        if session.get("backend") != "claw":
-            raise NodeError(
-                self.node.name,
-                f"session: {getattr(self.node, 'session', 'inherit')} continues a conversation"
-                f" held by the {session.get('backend')} backend; this node runs on claw"
-                " (give both nodes the same backend)",
-            )
-        return list(session["messages"])
+        session = inherited_session(self.request, "claw")
+        return [] if session is None else list(session["messages"])
 
     async def _watch_expiries(self) -> None:
         """After a pause or a crash: when this node's open questions expire."""
