@@ -6,7 +6,20 @@ interpreter. Like ``dsl`` it depends on the standard library only.
 
 from __future__ import annotations
 
-from iterion_nb.ir.compile import CompileResult, analyze, compile_file, compile_workflow
+from iterion_nb.ir.compile import (
+    CompileResult,
+    analyze,
+    compile_file,
+    compile_stored,
+    compile_workflow,
+)
 from iterion_nb.ir.model import Workflow
 
-__all__ = ["CompileResult", "Workflow", "analyze", "compile_file", "compile_workflow"]
+__all__ = [
+    "CompileResult",
+    "Workflow",
+    "analyze",
+    "compile_file",
+    "compile_stored",
+    "compile_workflow",
+]

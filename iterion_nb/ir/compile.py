@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from iterion_nb.dsl import parse_source
@@ -118,6 +120,33 @@ def compile_workflow(text: str | bytes, name: str = "<string>") -> m.Workflow:
     if result.workflow is None:
         raise CompileError(result.diagnostics, result.source)
     return result.workflow
+
+
+#: How many stored sources :func:`compile_stored` keeps compiled.
+STORED_CACHE_SIZE = 64
+_stored: OrderedDict[str, m.Workflow] = OrderedDict()
+_stored_lock = threading.Lock()
+
+
+def compile_stored(text: str, name: str) -> m.Workflow:
+    """:func:`compile_workflow` for a run's recorded source, compiled once a process.
+
+    Runs resume from the source they recorded, and many runs share one: a
+    cluster worker takes hundreds of runs of one workflow. A compiled workflow
+    is frozen, so every run of the same source gets the same one (renamed
+    ``name``); a source that fails to compile is compiled, and fails, each time.
+    """
+    with _stored_lock:
+        found = _stored.get(text)
+        if found is not None:
+            _stored.move_to_end(text)
+    if found is None:
+        found = compile_workflow(text, name)
+        with _stored_lock:
+            _stored[text] = found
+            while len(_stored) > STORED_CACHE_SIZE:
+                _stored.popitem(last=False)
+    return found if found.source_name == name else replace(found, source_name=name)
 
 
 def compile_file(path: str | Path) -> m.Workflow:

@@ -25,7 +25,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, Markdown
 
 from iterion_nb.errors import CompileError, IterionError, NotFoundError
-from iterion_nb.ir import analyze, compile_workflow
+from iterion_nb.ir import analyze, compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.magics.display import Table, diagnostics_table
 from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, inbox
@@ -423,7 +423,7 @@ def _attachments(wf: m.Workflow, items: list[str]) -> dict[str, str]:
 def _scripted(run: Run) -> bool:
     """Whether a node of the run's workflow uses the scripted model (so needs a scenario)."""
     try:
-        wf = compile_workflow(run.source, f"<run {run.id}>")
+        wf = compile_stored(run.source, f"<run {run.id}>")
     except CompileError:
         return False
     for node in wf.nodes.values():

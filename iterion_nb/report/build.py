@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from iterion_nb.errors import CompileError, IterionError
-from iterion_nb.ir import compile_workflow
+from iterion_nb.ir import compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
@@ -76,7 +76,7 @@ async def collect(store: Store, run_id: str) -> ReportData:
     workflow = None
     if run.source:
         try:
-            workflow = compile_workflow(run.source, f"<run {run_id}>")
+            workflow = compile_stored(run.source, f"<run {run_id}>")
         except CompileError:
             workflow = None  # a source that no longer compiles: no picture
     checkpoint = run.checkpoint or {}

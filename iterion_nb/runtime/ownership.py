@@ -68,6 +68,8 @@ def pid_alive(pid: int) -> bool:
     """Whether a process with this pid runs on this host (a zombie does not)."""
     if pid <= 0:
         return False
+    if pid == os.getpid():  # this very process: the common case, checked on every read
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -142,13 +142,13 @@ async def _execute(store_spec: str, run_id: str, take_from: str | None) -> str:
     from iterion_nb.session.core import Session
 
     store = worker_store(store_spec)
+    record = await store.get_run(run_id)
     # tools run where the launching process asked, when this machine has that directory
-    wanted = (await store.get_run(run_id)).launch.get("workdir")
+    wanted = record.launch.get("workdir")
     workdir = wanted if isinstance(wanted, str) and os.path.isdir(wanted) else os.getcwd()
     session = Session(store, cluster=False, parking=False, workdir=workdir, serve=False)
     try:
-        handle = await session.resume(run_id, answered_by="cluster", take_from=take_from)
-        status: RunStatus = await handle.wait()
+        status: RunStatus = await session.execute_queued(record, take_from)
         return status
     except RunOwnedError:
         return "owned elsewhere"  # another task of this run took it first

@@ -22,7 +22,7 @@ from typing import Any
 
 from iterion_nb.api.holder import Holder
 from iterion_nb.errors import ResumeError, RunOwnedError
-from iterion_nb.ir import compile_workflow
+from iterion_nb.ir import compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.answers import AnswerService, expire_awaited, ready_to_resume
@@ -241,11 +241,26 @@ class Session:
         finally:
             self._resuming.discard(run_id)
 
+    async def execute_queued(self, record: RunRecord, take_from: str | None) -> RunStatus:
+        """Take the run of ``record`` and execute it here until it settles (a cluster task).
+
+        ``record`` was just read (not read again); ``take_from`` names the claimant
+        that queued the run for the cluster, if one did. Returns the status the run
+        ends in here, without reading the store again.
+
+        Raises:
+            RunOwnedError: Another live owner holds it (another task of the run took it).
+            ResumeError: It cannot be resumed.
+        """
+        await self._resume(record.id, None, None, False, "cluster", None, take_from, record)
+        return await asyncio.shield(self._tasks[record.id])
+
     async def _resume(
         self, run_id: str, answers: dict[str, Any] | None, workflow: m.Workflow | str | None,
         force: bool, answered_by: str, scenario: Scenario | None, take_from: str | None,
+        record: RunRecord | None = None,
     ) -> RunHandle:  # fmt: skip
-        record = await self.store.get_run(run_id)
+        record = record if record is not None else await self.store.get_run(run_id)
         if run_id in self._engines and record.lease is not None:
             lease = record.lease  # this very session runs it
             raise RunOwnedError(run_id, lease.pid, lease.host, lease.since)
@@ -284,7 +299,7 @@ class Session:
         self, run: RunRecord, workflow: m.Workflow | str | None, force: bool
     ) -> tuple[m.Workflow, str]:
         if workflow is None:
-            return compile_workflow(run.source, f"<run {run.id}>"), run.source
+            return compile_stored(run.source, f"<run {run.id}>"), run.source
         wf, text = workflow_of(workflow, None)
         if wf.source_hash != run.source_hash and not force:
             raise ResumeError(

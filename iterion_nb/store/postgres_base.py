@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import select
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
@@ -63,6 +64,25 @@ _WRITE_CHECKPOINTS = (
 _LOCK_RUNS = "SELECT id FROM runs WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE"
 #: Errors that mean the server or the connection went away (a batch is kept and retried).
 CONNECTION_ERRORS = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
+
+
+async def check_lent(conn: Conn) -> None:
+    """The pool's check of a connection it lends: a round trip only if the server spoke.
+
+    An idle connection has nothing to read. When its socket is readable the
+    server closed it (a restart, a terminated backend) or sent a notice: then
+    psycopg's own check asks the server, and raises for a dead connection, which
+    the pool replaces. Asking every time would double the round trips of a read.
+    """
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.OperationalError:  # closed already
+        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+        return
+    poll = select.poll()
+    poll.register(fd, select.POLLIN | select.POLLPRI)
+    if conn.broken or poll.poll(0):
+        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
 
 
 def check_text(*texts: str | None) -> None:

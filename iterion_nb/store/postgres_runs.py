@@ -85,6 +85,21 @@ class PgRuns(PgBase):
             raise NotFoundError("run", run_id)
         return run_from_row(row)
 
+    async def _locked_run(self, conn: Conn, run_id: str) -> tuple[Run, datetime]:
+        """On the loop, in a transaction: the run as stored, locked, and the transaction's time.
+
+        One round trip: the server's clock comes with the row (unless a clock is injected).
+        """
+        if self._clock is not None:
+            return await self._stored_run(conn, run_id, lock=True), self._clock()
+        cur = await conn.execute(
+            f"SELECT {RUN_COLUMNS}, now() FROM runs WHERE id = %s FOR UPDATE", [run_id]
+        )
+        row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("run", run_id)
+        return run_from_row(row[:-1]), row[-1].astimezone(UTC)
+
     async def _fetch_run(self, conn: Conn, run_id: str, now: datetime | None = None) -> Run:
         """On the loop: the run as every reader sees it.
 
@@ -236,8 +251,7 @@ class PgRuns(PgBase):
         take_from: str | None = None,
     ) -> Run:
         async def body(conn: Conn) -> Run:
-            run = await self._stored_run(conn, run_id, lock=True)
-            now = await self._now(conn)
+            run, now = await self._locked_run(conn, run_id)
             since = check_acquire(effective_status(run, now), owner, statuses, take_from)
             lease = owner.lease(now, since)
             cur = await conn.execute(
@@ -249,7 +263,9 @@ class PgRuns(PgBase):
             assert row is not None  # locked above
             return effective_status(run_from_row(row), now)
 
-        return await self._call(lambda: self._transact(body, checkpoints=True))
+        taken = await self._call(lambda: self._transact(body, checkpoints=True))
+        self._known_runs.add(run_id)
+        return taken
 
     async def renew_leases(self, owner: Claimant, run_ids: list[str]) -> LeaseReport:
         if not run_ids:
@@ -285,21 +301,22 @@ class PgRuns(PgBase):
         lease = "" if keep_lease else f", {_CLEAR_LEASE}"
 
         async def body(conn: Conn) -> Run:
-            stored = await self._stored_run(conn, run_id, lock=True)
-            now = await self._now(conn)
+            stored, now = await self._locked_run(conn, run_id)
             if settled_already(stored, status, error, checkpoint):
-                return await self._fetch_run(conn, run_id, now)  # a repeat: its reply was lost
+                return effective_status(stored, now)  # a repeat: its reply was lost
             held = stored.lease
             if held is None or held.owner != owner:
                 raise LeaseLostError(run_id)
-            await conn.execute(
+            cur = await conn.execute(
                 f"UPDATE runs SET status = %s, error = %s, checkpoint = %s, updated_at = %s,"
-                f" cancel_requested = false{lease} WHERE id = %s",
+                f" cancel_requested = false{lease} WHERE id = %s RETURNING {RUN_COLUMNS}",
                 [status, error, encode_json(checkpoint), now, run_id],
             )
+            row = await cur.fetchone()
+            assert row is not None  # locked above
             if event is not None:
                 await self._event_now(conn, run_id, event[0], event[1], now)
-            return await self._fetch_run(conn, run_id, now)
+            return effective_status(run_from_row(row), now)
 
         return await self._call(lambda: self._transact(body, checkpoints=True))
 
@@ -318,8 +335,7 @@ class PgRuns(PgBase):
 
     async def cancel_run(self, run_id: str) -> Run:
         async def body(conn: Conn) -> Run:
-            stored = await self._stored_run(conn, run_id, lock=True)
-            now = await self._now(conn)
+            stored, now = await self._locked_run(conn, run_id)
             run = effective_status(stored, now)
             if run.status == "running":  # its owner lives: ask it to stop
                 await conn.execute(

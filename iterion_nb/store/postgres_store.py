@@ -54,7 +54,7 @@ from iterion_nb.store.duckdb_rows import (
     interaction_from_row,
     message_from_row,
 )
-from iterion_nb.store.postgres_base import Conn, check_text
+from iterion_nb.store.postgres_base import Conn, check_lent, check_text
 from iterion_nb.store.postgres_listener import Listener
 from iterion_nb.store.postgres_questions import PgQuestions
 from iterion_nb.store.postgres_runs import INTERACTION_VALUES, interaction_params
@@ -152,7 +152,7 @@ class PostgresStore(PgQuestions):
             raise
         self._pool = psycopg_pool.AsyncConnectionPool(
             conninfo, kwargs=options, min_size=1, max_size=pool_size, open=False,
-            configure=self._configure, check=psycopg_pool.AsyncConnectionPool.check_connection,
+            configure=self._configure, check=check_lent,
             name=f"iterion-nb:{self.schema}",
         )  # fmt: skip
         try:

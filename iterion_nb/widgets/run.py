@@ -19,7 +19,7 @@ import anywidget
 import traitlets
 
 from iterion_nb.errors import CompileError, NotFoundError
-from iterion_nb.ir import compile_workflow
+from iterion_nb.ir import compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
@@ -129,7 +129,7 @@ class RunWidget(Answering, anywidget.AnyWidget):
             return True  # being created: the task that starts it is on its way
         if self._wf is None and run.source:
             try:
-                self._set_graph(compile_workflow(run.source, f"<run {run.id}>"))
+                self._set_graph(compile_stored(run.source, f"<run {run.id}>"))
             except CompileError:
                 self.workflow = run.workflow
         fresh = await self.store.events(self.run_id, after=self._seq)

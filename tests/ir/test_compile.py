@@ -226,3 +226,25 @@ def test_zero_timeouts_are_refused(fixture: str, code: str) -> None:
     (diag,) = it.analyze(text).diagnostics
     assert diag.code == code
     assert "positive timeout, found 0s" in diag.message
+
+
+def test_a_stored_source_is_compiled_once_and_named_per_run() -> None:
+    """Runs resumed from one recorded source share its compiled workflow (a worker takes many)."""
+    from iterion_nb.ir import compile_stored
+
+    text = 'compute c:\n  expr:\n    v: "1 + 1"\n\nworkflow stored_once:\n  entry: c\n  c -> done\n'
+    first = compile_stored(text, "<run r1>")
+    again = compile_stored(text, "<run r2>")
+    assert (first.source_name, again.source_name) == ("<run r1>", "<run r2>")
+    assert again.nodes is first.nodes  # not compiled again
+    assert again == it.compile(text, "<run r2>")
+
+
+def test_a_stored_source_that_does_not_compile_fails_every_time() -> None:
+    from iterion_nb.ir import compile_stored
+
+    text = "workflow w:\n  entry: nowhere\n"
+    for name in ("<run r1>", "<run r2>"):
+        with pytest.raises(it.CompileError) as info:
+            compile_stored(text, name)
+        assert str(info.value).startswith(f"{name}: ")
