@@ -37,6 +37,36 @@ CLI = Path(sys.executable).parent / "iterion-nb"
 DOCS = ROOT / "docs" / "images"
 SOURCE = (ROOT / "examples" / "async_questions.iter").read_text()
 TYPO = SOURCE.replace("  model:", "  modle:", 1)
+#: Upstream's newer forms, for the editor: a cursor, dotted MCP tool names, a ``|`` block.
+SHAPES = """\
+cursor depth:
+  values:
+    deep: "Trace every call site."
+
+mcp_server words:
+  command: "python3"
+  args: ["words.py"]
+
+tool shout:
+  language: sh
+  script: |
+    echo "{{vars.topic}}" | tr a-z A-Z
+    model: not a property
+
+agent writer:
+  model: "scripted"
+  tools: [mcp.words.shout, mcp.words.*]
+  cursors:
+    depth: deep
+  user: "Write."
+
+workflow shapes:
+  vars:
+    topic: string = "x"
+  entry: shout
+  shout -> writer
+  writer -> done
+"""
 INBOX = "#iterion-inbox"
 RUNS = "#iterion-runs"
 TAB = ".jp-SideBar .lm-TabBar-tab[data-id='iterion-inbox']"
@@ -59,6 +89,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     shutil.copy(ROOT / "examples" / "async_questions.scenario.yaml", root / "scenario.yaml")
     (root / "release.iter").write_text(SOURCE)
     (root / "typo.iter").write_text(TYPO)
+    (root / "shapes.iter").write_text(SHAPES)
     asking = notebook_of(
         [
             "%load_ext iterion_nb",
@@ -305,6 +336,31 @@ def test_a_typo_in_an_iterion_cell_is_underlined_before_it_runs(
     # a .iter file in the file editor: the same language and checks
     run_command(page, "docmanager:open", {"path": "typo.iter"})
     wait_for_underline(page, ".jp-FileEditor:not(.lm-mod-hidden)", "modle")
+
+
+def test_upstreams_newer_forms_are_highlighted(lab: dict[str, Any], page: Any) -> None:
+    """A cursor declaration, dotted tool names as one token, a ``|`` block as text."""
+    open_lab(page, lab, "shapes.iter")
+    editor = ".jp-FileEditor:not(.lm-mod-hidden)"
+    page.locator(f"{editor} .cm-line", has_text="mcp.words.shout").wait_for(timeout=30_000)
+    # each line as its pieces: [text, color when highlighted else null]
+    lines = page.evaluate(
+        f"""() => [...document.querySelectorAll('{editor} .cm-line')].map((line) =>
+            [...line.childNodes].filter((n) => n.textContent.trim()).map((n) =>
+                [n.textContent.trim(), n.nodeType === 1 ? getComputedStyle(n).color : null]))"""
+    )
+    pieces = {text: color for line in lines for text, color in line}
+    by_start = {line[0][0]: line for line in lines if line}
+    assert pieces["cursor"] is not None and pieces["cursor"] == pieces["agent"], lines
+    assert by_start["cursor"][1] == ["depth", by_start["agent"][1][1]], lines  # a declared name
+    # a dotted name is one piece (a "." is not an invalid character)
+    assert [text for text, _ in by_start["tools"]] == [
+        "tools", ":", "[", "mcp.words.shout", ",", "mcp.words.*", "]"
+    ], lines  # fmt: skip
+    # the | block is text: a line that looks like a property is not one, a reference stands out
+    assert ["model: not a property", None] in [piece for line in lines for piece in line], lines
+    assert pieces["model"] is not None, lines  # outside the block, model: is a property
+    assert pieces["{{vars.topic}}"] is not None, lines
 
 
 @pytest.mark.timeout(300)
