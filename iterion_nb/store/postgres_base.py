@@ -75,14 +75,20 @@ async def check_lent(conn: Conn) -> None:
     the pool replaces. Asking every time would double the round trips of a read.
     """
     try:
-        fd = conn.pgconn.socket
-    except psycopg.OperationalError:  # closed already
+        spoke = conn.broken or _readable(conn.pgconn.socket)
+    except (psycopg.OperationalError, OSError, ValueError):  # closed already, or unsure
+        spoke = True
+    if spoke:
         await psycopg_pool.AsyncConnectionPool.check_connection(conn)
-        return
-    poll = select.poll()
-    poll.register(fd, select.POLLIN | select.POLLPRI)
-    if conn.broken or poll.poll(0):
-        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    """Whether the socket ``fd`` has something to read, without waiting."""
+    if hasattr(select, "poll"):
+        poll = select.poll()
+        poll.register(fd, select.POLLIN | select.POLLPRI)
+        return bool(poll.poll(0))
+    return bool(select.select([fd], [], [], 0)[0])  # Windows: no poll
 
 
 def check_text(*texts: str | None) -> None:
