@@ -104,6 +104,9 @@ class Draft:
     mcp_active: tuple[str, ...] = ()
     #: Where the workflow's ``mcp:`` names each server (for an unknown one's error).
     mcp_spans: dict[str, Span] = field(default_factory=dict)
+    #: ``autoload_project: true``, and the workflow's ``disable:`` (see m.Workflow).
+    mcp_autoload: bool = False
+    mcp_disable: tuple[str, ...] = ()
     #: ``presets:``: variable values by preset name.
     presets: dict[str, dict[str, object]] = field(default_factory=dict)
     #: For each node, the fields the `with` mappings of its incoming edges build, by source.
@@ -579,8 +582,8 @@ class Builder:
     def _workflow_mcp(self, prop: ast.Property) -> None:
         """The workflow's ``mcp:``: the servers every agent uses unless it says otherwise.
 
-        ``servers`` less ``disable``; ``autoload_project`` is read (there is no
-        project MCP file to load here).
+        ``servers`` less ``disable``; ``autoload_project: true`` adds the servers of
+        the working directory's ``.mcp.json`` when an agent runs.
         """
         if not isinstance(prop.value, ast.BlockValue):
             self.draft.mcp_active = tuple(self.read.names(prop) or ())
@@ -588,13 +591,14 @@ class Builder:
             return
         found = self.block_entries(prop.value, "mcp", ("servers", "disable", "autoload_project"))
         if "autoload_project" in found:
-            self.read.boolean(found["autoload_project"])
+            self.draft.mcp_autoload = self.read.boolean(found["autoload_project"]) is True
         servers = tuple(self.read.names(found["servers"]) or ()) if "servers" in found else ()
         disable = tuple(self.read.names(found["disable"]) or ()) if "disable" in found else ()
         for name, entry in (*((n, found["servers"]) for n in servers),
                             *((n, found["disable"]) for n in disable)):  # fmt: skip
             self.draft.mcp_spans.setdefault(name, entry.value.span)
         self.draft.mcp_active = tuple(n for n in dict.fromkeys(servers) if n not in disable)
+        self.draft.mcp_disable = disable
 
     def _entry(self, wf: ast.WorkflowDecl, prop: ast.Property | None) -> None:
         if prop is None:

@@ -108,6 +108,8 @@ def _analyze(text: str | bytes, name: str) -> CompileResult:
             fails=dict(draft.fails),
             presets=dict(draft.presets),
             mcp_servers=dict(draft.mcp_servers),
+            mcp_autoload=draft.mcp_autoload,
+            mcp_disable=draft.mcp_disable,
             cursors=dict(draft.cursors),
             attachments=dict(draft.attachments),
         )

@@ -4,7 +4,9 @@ An agent uses the workflow's ``mcp:`` servers (unless its own ``mcp:`` says
 ``inherit: false``), its own ``mcp:`` servers, and the server of every
 ``mcp.SERVER.TOOL`` its ``tools:`` names, less what its ``disable:`` turns off
 (upstream iterion's rules). Unknown servers are C025; a malformed dotted tool
-name, or one of an undeclared server, C364.
+name, or one of an undeclared server, C364 — unless the workflow's ``mcp:`` says
+``autoload_project: true``: then a server may come from the working directory's
+``.mcp.json``, which is read when the agent runs (and an unknown one fails it).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def _resolved(draft: Draft, node: m.AgentNode, diags: Diagnostics) -> m.AgentNod
     inherited = draft.mcp_active if node.mcp_inherit else ()
     active = [
         s for s in dict.fromkeys((*inherited, *node.mcp, *from_tools))
-        if s not in node.mcp_disable and s in draft.mcp_servers
+        if s not in node.mcp_disable and (s in draft.mcp_servers or draft.mcp_autoload)
     ]  # fmt: skip
     return replace(node, mcp=tuple(active))
 
@@ -68,7 +70,7 @@ def _tool_server(
         )
         return None
     server = parts[1]
-    if server not in draft.mcp_servers:
+    if server not in draft.mcp_servers and not draft.mcp_autoload:
         known = ", ".join(draft.mcp_servers) or "none"
         diags.add(
             "C364",
@@ -81,7 +83,7 @@ def _tool_server(
 
 
 def _known(draft: Draft, server: str, who: str, span: Span, diags: Diagnostics) -> None:
-    if server not in draft.mcp_servers:
+    if server not in draft.mcp_servers and not draft.mcp_autoload:
         known = ", ".join(draft.mcp_servers) or "none"
         diags.add(
             "C025",

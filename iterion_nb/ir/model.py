@@ -463,6 +463,11 @@ class Workflow:
     presets: dict[str, dict[str, object]] = field(default_factory=dict)
     #: MCP servers, by name.
     mcp_servers: dict[str, McpServer] = field(default_factory=dict)
+    #: ``mcp: autoload_project: true``: the servers of the working directory's ``.mcp.json``
+    #: join the workflow's (read when an agent runs), less ``mcp_disable``.
+    mcp_autoload: bool = False
+    #: The workflow's ``mcp: disable:`` (it may name a server of ``.mcp.json``).
+    mcp_disable: tuple[str, ...] = ()
     #: Cursors (``cursor NAME:``), by name.
     cursors: dict[str, Cursor] = field(default_factory=dict)
     #: Files given at launch (``attachments:``), by name.

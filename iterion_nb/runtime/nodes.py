@@ -31,6 +31,7 @@ from iterion_nb.ir.templates import RefPart, Template
 from iterion_nb.runtime import lifecycle, replay
 from iterion_nb.runtime.doorbell import node_key
 from iterion_nb.runtime.ports import Backend, BackendRequest, BackendResult, Store
+from iterion_nb.runtime.project_mcp import ProjectMcpError, agent_servers
 from iterion_nb.runtime.records import Interaction, answer_text, utcnow
 from iterion_nb.runtime.scope import RenderError, Scope
 from iterion_nb.runtime.state import Frontier, RunState
@@ -187,7 +188,10 @@ class NodeRunner:
         return calibration(self.wf.cursors, chosen)
 
     async def _agent(self, node: m.AgentNode, f: Frontier, scope: Scope) -> Any:
-        servers = tuple(self.wf.mcp_servers[name] for name in node.mcp)
+        try:
+            servers = agent_servers(self.wf, node, Path(self.engine.workdir))
+        except ProjectMcpError as err:
+            raise NodeError(node.name, str(err)) from None
         request = self._request(
             "agent", node, f, scope, output_schema=self._schema(node.output), mcp_servers=servers
         )

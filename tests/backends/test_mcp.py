@@ -20,6 +20,7 @@ import pytest
 
 import iterion_nb as it
 from iterion_nb.ir import analyze
+from iterion_nb.ir import model as m
 
 from .conftest import Harness
 
@@ -222,5 +223,137 @@ async def test_a_named_tool_the_server_lacks_fails_the_node_clearly() -> None:
         assert await run.wait(60) == "failed_resumable"
         assert run.error is not None
         assert "MCP server 'words' has no tool 'whisper' (it has: refuse, shout)" in run.error
+    finally:
+        await session.close()
+
+
+# -- a project's own servers: .mcp.json, with autoload_project: true -------------------------
+PROJECT_FLOW = """\
+agent writer:
+  model: "scripted"
+  user: "Shout hello."
+
+agent quiet:
+  model: "scripted"
+  mcp:
+    inherit: false
+  user: "Say nothing."
+
+workflow w:
+  mcp:
+    autoload_project: true
+  entry: writer
+  writer -> quiet
+  quiet -> done
+"""
+
+
+def write_project_file(where: Path, **servers: Any) -> None:
+    import json
+
+    (where / ".mcp.json").write_text(json.dumps({"mcpServers": servers}))
+
+
+def words_entry() -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(SERVER)]}
+
+
+async def test_autoload_project_gives_agents_the_servers_of_mcp_json(
+    harness_factory: Any, tmp_path: Path
+) -> None:
+    """The run's working directory's .mcp.json, as Claude Code and upstream read it."""
+    write_project_file(tmp_path, proj=words_entry())
+    h: Harness = harness_factory({"nodes": {
+        "writer": [
+            {"tool_calls": [{"name": "proj__shout", "input": {"text": "hello"}}]},
+            {"text": "I shouted."},
+        ],
+        "quiet": [
+            {"tool_calls": [{"name": "proj__shout", "input": {"text": "psst"}}]},
+            {"text": "Quiet."},
+        ],
+    }})  # fmt: skip
+    run = await h.start(PROJECT_FLOW)
+    assert await run.wait(90) == "finished", run.error
+    assert "HELLO" in h.last_user_text("writer", 1)
+    assert "PSST" not in h.last_user_text("quiet", 1)  # inherit: false: not the project's either
+
+
+def project_servers_of(source: str, workdir: Path, node: str = "writer") -> list[str]:
+    from iterion_nb.runtime.project_mcp import agent_servers
+
+    wf = it.compile(source)
+    agent = wf.nodes[node]
+    assert isinstance(agent, m.AgentNode)
+    return [f"{s.name}:{s.command or s.url}" for s in agent_servers(wf, agent, workdir)]
+
+
+def test_which_project_servers_an_agent_gets(tmp_path: Path) -> None:
+    write_project_file(
+        tmp_path, proj=words_entry(), web={"type": "http", "url": "http://127.0.0.1:9/mcp"},
+        words={"command": "not-the-declared-one"},
+    )  # fmt: skip
+    assert project_servers_of(PROJECT_FLOW, tmp_path) == [
+        f"proj:{sys.executable}", "web:http://127.0.0.1:9/mcp", "words:not-the-declared-one"
+    ]  # fmt: skip
+    assert project_servers_of(PROJECT_FLOW, tmp_path, "quiet") == []
+    # off by default: the file is not read
+    off = PROJECT_FLOW.replace("    autoload_project: true", "    autoload_project: false")
+    assert project_servers_of(off, tmp_path) == []
+    # the workflow's disable: and the agent's turn servers of the file off
+    some = PROJECT_FLOW.replace(
+        "autoload_project: true", "autoload_project: true\n    disable: [web]"
+    )
+    assert [s.split(":")[0] for s in project_servers_of(some, tmp_path)] == ["proj", "words"]
+    # a declared server wins over the file's of the same name
+    declared = f'mcp_server words:\n  command: "{sys.executable}"\n\n' + PROJECT_FLOW
+    assert f"words:{sys.executable}" in project_servers_of(declared, tmp_path)
+
+
+def test_with_autoload_a_server_may_be_named_before_the_file_is_read(tmp_path: Path) -> None:
+    """mcp.proj.shout compiles (proj may be in .mcp.json); an absent one fails the node, named."""
+    from iterion_nb.runtime.project_mcp import ProjectMcpError
+
+    named = PROJECT_FLOW.replace(
+        '  user: "Shout hello."', '  user: "Shout hello."\n  tools: [mcp.proj.shout]'
+    )
+    assert [d.code for d in analyze(named).diagnostics] == []
+    assert "C364" in [d.code for d in analyze(named.replace("true", "false")).diagnostics]
+    write_project_file(tmp_path, other=words_entry())
+    with pytest.raises(ProjectMcpError) as info:
+        project_servers_of(named, tmp_path)
+    assert str(info.value) == (
+        f"MCP server 'proj' is neither declared nor in {tmp_path / '.mcp.json'} (known: other)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"mcpServers": {"proj": ', ".mcp.json:1:25: not JSON: Expecting value"),
+        ('{"mcpServers": []}', "'mcpServers' must be an object of servers by name"),
+        ('{"mcpServers": {"proj": {"args": ["x"]}}}',
+         "server 'proj': a stdio server needs a 'command' string"),
+        ('{"mcpServers": {"proj": {"type": "sse", "url": "http://h/sse"}}}',
+         "transport 'sse' is not supported here"),
+        ('{"mcpServers": {"proj": {"type": "http"}}}',
+         "server 'proj': an http server needs a 'url' string"),
+        ('{"mcpServers": {"a b": {"command": "x"}}}', "server 'a b': a name is letters, digits"),
+    ],
+)  # fmt: skip
+async def test_a_bad_mcp_json_fails_the_node_naming_the_file(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    from iterion_nb.session import Session
+    from iterion_nb.store import MemoryStore
+
+    (tmp_path / ".mcp.json").write_text(content)
+    scenario = {"nodes": {"writer": [{"text": "x"}], "quiet": [{"text": "y"}]}}
+    session = Session(MemoryStore(), scenario=scenario, workdir=tmp_path)
+    try:
+        run = await session.start(it.compile(PROJECT_FLOW))
+        assert await run.wait(60) == "failed_resumable"
+        assert run.error is not None and str(tmp_path / ".mcp.json") in run.error
+        assert message in run.error, run.error
     finally:
         await session.close()
