@@ -82,6 +82,13 @@ def worker_store(spec: str) -> Store:
         return store
 
 
+def plugin_name(store_spec: str) -> str:
+    """The watcher plugin's name for a store: its URL with the password masked."""
+    from iterion_nb.store.location import mask_url
+
+    return f"{PLUGIN}:{mask_url(store_spec)}"
+
+
 def _client(cluster: Any) -> Any:
     """A ``distributed.Client`` for ``cluster`` (an address, or a client already)."""
     try:
@@ -109,8 +116,9 @@ class DaskExecutor:
         self.store_spec = store_spec
         from iterion_nb.session.watcher import RunWatcher
 
-        # one watcher per store on every worker (registering it again changes nothing)
-        self.client.register_plugin(RunWatcher(store_spec), name=f"{PLUGIN}:{store_spec}")
+        # one watcher per store on every worker (registering it again changes nothing);
+        # Dask logs plugin names, and its dashboard shows those logs: no password in it
+        self.client.register_plugin(RunWatcher(store_spec), name=plugin_name(store_spec))
 
     @staticmethod
     def queue_claimant() -> Claimant:
