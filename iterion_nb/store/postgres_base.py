@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import select
 import threading
 from collections import Counter
@@ -37,6 +38,7 @@ from iterion_nb.store.postgres_schema import channel_for
 from iterion_nb.store.worker import EventBuffer
 
 T = TypeVar("T")
+log = logging.getLogger("iterion_nb.store")
 Conn = AsyncConnection[tuple[Any, ...]]
 
 #: Events go in by binary COPY: about five times faster than an INSERT of unnested arrays.
@@ -50,9 +52,12 @@ INSERT_EVENT_NOW = (
     " INSERT INTO events (run_id, seq, type, occurred_at, node_id, branch_id, data)"
     " SELECT id, event_seq, %s, %s, %s, %s, %s FROM s RETURNING seq"
 )
+#: Seqs for the runs of a batch; none for a run another owner took over meanwhile (its
+#: events from here are void, as its checkpoints are: see PgBase._held).
 _TAKE_SEQS = (
     "UPDATE runs SET event_seq = runs.event_seq + c.n"
-    " FROM unnest(%s::text[], %s::bigint[]) AS c(id, n) WHERE runs.id = c.id"
+    " FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS c(id, n, owner)"
+    " WHERE runs.id = c.id AND (c.owner IS NULL OR runs.owner_id = c.owner)"
     " RETURNING runs.id, runs.event_seq"
 )
 _WRITE_CHECKPOINTS = (
@@ -173,6 +178,9 @@ class PgBase:
         self._flush_error: BaseException | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._known_runs: set[str] = set()
+        #: The claimant each run this process took is held under (run id -> claimant id):
+        #: a batch written after the run was taken over by another owner drops its events.
+        self._held: dict[str, str] = {}
         #: Server time minus this machine's, so event times agree across machines.
         self._skew = timedelta(0)
         self.closed = False
@@ -194,10 +202,15 @@ class PgBase:
             raise self._failure(err) from None
 
     async def _call(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Run ``work()`` on the store's loop and await it from any loop."""
+        """Run ``work()`` on the store's loop and await it from any loop.
+
+        A caller that is cancelled stops waiting, but the work goes on to its
+        end: a flush it started has taken a batch (other runs' events too)
+        that must be written or put back, never dropped half way.
+        """
         if self.closed:
             raise StoreError(f"the run store {self.display_url} is closed")
-        return await asyncio.wrap_future(self._thread.submit(self._guarded(work)))
+        return await asyncio.shield(asyncio.wrap_future(self._thread.submit(self._guarded(work))))
 
     def _pooled(self) -> psycopg_pool.AsyncConnectionPool[Conn]:
         assert self._pool is not None, "the store is not open"
@@ -280,11 +293,15 @@ class PgBase:
         rows, due = self._buffer.take(checkpoints)
         if not rows and not due:
             return
+        written = False
         try:
-            async with self._pooled().connection() as conn, conn.transaction():
-                await self._write_batch(conn, rows, due)
-        except CONNECTION_ERRORS:
-            self._buffer.restore(rows, due)  # nothing was written: try again later
+            async with self._pooled().connection() as conn:
+                async with conn.transaction():
+                    await self._write_batch(conn, rows, due)
+                written = True
+        except (*CONNECTION_ERRORS, asyncio.CancelledError):
+            if not written:
+                self._buffer.restore(rows, due)  # nothing was written: try again later
             raise
 
     async def _write_batch(
@@ -308,9 +325,14 @@ class PgBase:
         """Take each run's next seqs from its counter, then insert the rows in one statement."""
         counts = Counter(row[0] for row in rows)
         ids = sorted(counts)
-        cur = await conn.execute(_TAKE_SEQS, [ids, [counts[i] for i in ids]])
+        owners = [self._held.get(i) for i in ids]
+        cur = await conn.execute(_TAKE_SEQS, [ids, [counts[i] for i in ids], owners])
         next_seq = {str(r[0]): int(r[1]) - counts[str(r[0])] + 1 for r in await cur.fetchall()}
-        kept = [row for row in rows if row[0] in next_seq]  # not a run that vanished
+        # not a run that vanished, nor one another owner took over while these waited
+        kept = [row for row in rows if row[0] in next_seq]
+        if len(kept) < len(rows):
+            dropped = sorted({row[0] for row in rows} - set(next_seq))
+            log.warning("dropped the events of runs taken over by another owner: %s", dropped)
         if not kept:
             return
         rows_with_seqs = []

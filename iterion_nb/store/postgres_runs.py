@@ -139,6 +139,8 @@ class PgRuns(PgBase):
 
         created = await self._call(lambda: self._transact(body, flush=False))
         self._known_runs.add(run.id)
+        if owner is not None:
+            self._held[run.id] = owner.id
         return created
 
     async def get_run(self, run_id: str) -> Run:
@@ -265,6 +267,7 @@ class PgRuns(PgBase):
 
         taken = await self._call(lambda: self._transact(body, checkpoints=True))
         self._known_runs.add(run_id)
+        self._held[run_id] = owner.id
         return taken
 
     async def renew_leases(self, owner: Claimant, run_ids: list[str]) -> LeaseReport:
@@ -318,7 +321,10 @@ class PgRuns(PgBase):
                 await self._event_now(conn, run_id, event[0], event[1], now)
             return effective_status(run_from_row(row), now)
 
-        return await self._call(lambda: self._transact(body, checkpoints=True))
+        settled = await self._call(lambda: self._transact(body, checkpoints=True))
+        if not keep_lease:
+            self._held.pop(run_id, None)
+        return settled
 
     async def release_runs(self, owner: str, run_ids: list[str]) -> None:
         if not run_ids:
@@ -332,6 +338,9 @@ class PgRuns(PgBase):
             )
 
         await self._call(lambda: self._transact(body, flush=False))
+        for run_id in run_ids:
+            if self._held.get(run_id) == owner:
+                del self._held[run_id]
 
     async def cancel_run(self, run_id: str) -> Run:
         async def body(conn: Conn) -> Run:

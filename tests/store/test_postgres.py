@@ -428,3 +428,61 @@ def test_json_payloads_keep_their_exact_text(url: str) -> None:
         ]
 
     asyncio.run(check())
+
+
+# -- a run taken over while this process's events waited -----------------------------
+async def test_events_buffered_by_an_owner_that_lost_the_run_are_not_written(url: str) -> None:
+    """PostgreSQL away longer than a lease: the old owner's waiting events must not land
+    among the new owner's (its checkpoints never do either)."""
+    from iterion_nb.runtime.ownership import Claimant
+
+    old = open_postgres_store(url, flush_interval=60)  # its batch waits
+    new = open_postgres_store(url)
+    try:
+        first = Claimant.here(ttl=0.2)
+        run = Run("r1", "w", "h", "running", HERE, HERE)
+        await old.create_run(run, owner=first)
+        await old.append_event("r1", "node_started", node_id="a")
+        await old.flush()
+        await old.append_event("r1", "node_finished", node_id="a")  # waits in the batch
+        await old.save_checkpoint("r1", {"stale": True}, owner=first.id)
+        await asyncio.sleep(0.3)  # its lease lapses: another process takes the run over
+        await new.acquire_run("r1", Claimant.here(), statuses=("running", "interrupted"))
+        await new.append_event("r1", "run_resumed")
+        await new.flush()
+        await old.flush()  # back: what it kept is void now
+        events = await new.events("r1")
+        assert [(e.seq, e.type) for e in events] == [(1, "node_started"), (2, "run_resumed")]
+        assert (await new.get_run("r1")).checkpoint != {"stale": True}
+        # the same process keeps writing the runs it still holds
+        mine = Claimant.here()
+        await old.create_run(Run("r2", "w", "h", "running", HERE, HERE), owner=mine)
+        await old.append_event("r2", "node_started")
+        await old.flush()
+        assert [e.type for e in await old.events("r2")] == ["node_started"]
+    finally:
+        await old.close()
+        await new.close()
+
+
+async def test_a_caller_cancelled_mid_flush_loses_no_event(url: str) -> None:
+    """A branch cancelled while its save waits: the batch it took (other runs' events
+    too) is still written, never dropped half way."""
+    store = open_postgres_store(url, flush_interval=60)
+    try:
+        await store.create_run(a_run("x"))
+        await store.create_run(a_run("y"))
+        schema = url.split("schema=")[1]
+        async with await psycopg.AsyncConnection.connect(url.split("?")[0]) as locker:
+            await locker.execute(f"SELECT 1 FROM {schema}.runs WHERE id = 'y' FOR UPDATE")
+            await store.append_event("y", "of_y")  # returned: in the batch
+            await store.append_event("x", "of_x")
+            save = asyncio.ensure_future(store.save_checkpoint("x", {"n": 1}, durable=True))
+            await asyncio.sleep(0.5)  # its flush took the batch and waits on y's row lock
+            save.cancel()
+            await asyncio.gather(save, return_exceptions=True)
+            await locker.rollback()
+        assert [e.type for e in await store.events("y")] == ["of_y"]
+        assert [e.type for e in await store.events("x")] == ["of_x"]
+    finally:
+        await store.close()
