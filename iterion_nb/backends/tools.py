@@ -189,7 +189,10 @@ def resolve_tools(names: tuple[str, ...], readonly: bool) -> dict[str, Tool]:
         chosen = REGISTRY.get(name) or BUILTINS.get(name)
         if chosen is None:
             known = ", ".join(sorted({*REGISTRY, *BUILTINS}))
-            raise KeyError(f"unknown tool '{name}' (known: {known})")
+            raise KeyError(
+                f"unknown tool '{name}' (known: {known}; a tool is a built-in, or a function"
+                " registered with @iterion_nb.tool in the process that executes the run)"
+            )
         if readonly and name == "write_file":
             continue
         found[name] = chosen

@@ -23,16 +23,22 @@ from typing import Any, TextIO
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.service import event_json, interaction_json, run_json
 from iterion_nb.cli.store_copy import add_store_commands, copied_lines, store_copy
-from iterion_nb.errors import AlreadyAnsweredError, IterionError, RunOwnedError
+from iterion_nb.errors import (
+    AlreadyAnsweredError,
+    InvalidAnswerError,
+    IterionError,
+    RunOwnedError,
+)
 from iterion_nb.ir import compile_file
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
+from iterion_nb.runtime.answers import is_cluster_run, ready_to_resume
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.launch import answers_yaml
 from iterion_nb.store import DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
-from iterion_nb.store.location import store_url
+from iterion_nb.store.location import mask_url, store_url
 from iterion_nb.store.remote import open_store
 
 #: Exit code when the run is owned by another live process.
@@ -108,8 +114,25 @@ def add_commands(sub: Any) -> None:
     report.add_argument("--format", choices=("html", "md"),
                         help="default: from the -o file's suffix, else md")  # fmt: skip
     report.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
-    report.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
+    report.add_argument("--store", type=store_arg, help=STORE_HELP)
     add_store_commands(sub)
+
+
+STORE_HELP = "the run store (default: .iterion or ITERION_NB_STORE)"
+#: Added to a refused answer given as text.
+JSON_HINT = (
+    " (the answer was taken as text: give JSON data — a form's fields, a number,"
+    " true or false — with --json-value)"
+)
+
+
+def store_arg(text: str) -> str:
+    """``--store``: a path or URL, not nothing (as an unset ``$VARIABLE`` gives)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "is empty: name a store (a path or a postgresql:// URL); was a variable unset?"
+        )
+    return text
 
 
 def _cluster(parser: argparse.ArgumentParser) -> None:
@@ -120,7 +143,7 @@ def _cluster(parser: argparse.ArgumentParser) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
+    parser.add_argument("--store", type=store_arg, help=STORE_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -142,6 +165,8 @@ class HttpClient:
         except HolderCallError as err:
             if err.status == 0:
                 raise Unreachable(str(err)) from None
+            if err.code == "invalid_answer":  # hinted as the same refusal on the file is
+                raise InvalidAnswerError(str(err)) from None
             raise CliError(str(err), EXIT_OWNED if err.code == "run_owned" else 1) from None
 
     def close(self) -> None:
@@ -201,7 +226,14 @@ async def _direct(args: argparse.Namespace, action: str, retried: bool = False) 
                 raise
             # the holder recorded it, then stopped before it could say so
             return {"queued": False, "resumed": False, "recorded_before": True}
-        if outcome["resumed"]:  # this process now runs the workflow until it settles
+        latest = await service.get_run(args.run_id)
+        if is_cluster_run(latest):  # the cluster executes it: say where it stands, do not wait
+            outcome["cluster"] = True
+            outcome["status"] = latest.status
+            outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
+                session.store, latest
+            )
+        elif outcome["resumed"]:  # this process now runs the workflow until it settles
             outcome["status"] = await session.run(args.run_id).wait()
         return outcome
     finally:
@@ -299,6 +331,9 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         result, remote = await _through_holder_or_file(args, action)
     except RunOwnedError as err:
         raise CliError(str(err), EXIT_OWNED) from None
+    except InvalidAnswerError as err:
+        hint = "" if getattr(args, "json_value", True) else JSON_HINT
+        raise CliError(f"{err}{hint}") from None
     except IterionError as err:
         raise CliError(str(err)) from None
     if action == "answers" and args.export is not None:
@@ -367,8 +402,9 @@ async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
             out.write(json.dumps({"id": handle.id}) + "\n" if args.json else f"{handle.id}\n")
             return 0
         if not args.json:
+            where = f" --store {mask_url(args.store)}" if args.store else ""
             out.write(f"run {handle.id} running (answer its questions with `iterion-nb runs"
-                      f" answer {handle.id} ID TEXT` from another terminal)\n")  # fmt: skip
+                      f" answer {handle.id} ID TEXT{where}` from another terminal)\n")  # fmt: skip
             out.flush()
         status = await handle.wait()
         result = await _summary(handle)
@@ -442,6 +478,13 @@ def _answered(result: Any) -> list[str]:
     if result.get("recorded_before"):
         return ["answer recorded (by the store's holder, which stopped before it could reply)"]
     state = "queued for the agent" if result.get("queued") else "recorded"
+    if result.get("cluster"):
+        if result.get("resumed"):
+            return [f"answer {state}; a cluster worker resumed the run; it is {result['status']}"]
+        if result.get("status") == "paused_waiting_human" and result.get("ready"):
+            return [f"answer {state}; no cluster worker has taken the run up yet:"
+                    " the first one that comes up resumes it"]  # fmt: skip
+        return [f"answer {state}; the run is {result['status']}"]
     resumed = "; the run resumed" if result.get("resumed") else ""
     final = f"; it is now {result['status']}" if result.get("status") else ""
     return [f"answer {state}{resumed}{final}"]

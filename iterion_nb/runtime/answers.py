@@ -9,6 +9,10 @@ run resumes:
 
 - by its owner, when a live process keeps it parked (the answer's doorbell
   ring wakes it there, whichever process answered);
+- a run of a cluster (``launch["executor"] == "dask"``), by the cluster: its
+  workers' watchers take it up (a process with that cluster may queue it too),
+  never a process without the cluster — if no worker is up, the first to come
+  up takes it, and ``resumed`` is False meanwhile;
 - else here, when this process can run workflows (it has a resumer);
 - else not yet: ``resumed`` is False and anyone may resume it.
 """
@@ -53,9 +57,19 @@ class Resumer(Protocol):
 
     claimant: Claimant
 
+    @property
+    def on_cluster(self) -> bool:
+        """Whether it executes runs on a cluster (then it may queue a cluster's run)."""
+        ...
+
     async def resume_answered(self, run_id: str, answered_by: str) -> None:
         """Resume ``run_id`` here (raises RunOwnedError or ResumeError if it cannot)."""
         ...
+
+
+def is_cluster_run(run: Run) -> bool:
+    """Whether a Dask cluster executes ``run`` (it was started or resumed for one)."""
+    return run.launch.get("executor") == "dask"
 
 
 async def awaited(store: Store, run: Run) -> list[str]:
@@ -63,7 +77,10 @@ async def awaited(store: Store, run: Run) -> list[str]:
     needed: list[str] = []
     for iid in (run.checkpoint or {}).get("waiting_on", []):
         pause = await store.get_interaction(iid)
-        needed.extend(pause.waits_on if pause.kind == "await" else (iid,))
+        if pause.kind != "await":
+            needed.append(iid)
+        elif pause.pending:  # an await pause that ended (its deadline) waits for nothing
+            needed.extend(pause.waits_on)
     return needed
 
 
@@ -171,13 +188,15 @@ class AnswerService:
             return False  # an answer the pause does not wait for: it changes nothing
         if not await ready_to_resume(self.store, run):
             return False
+        if is_cluster_run(run) and not (self.resumer is not None and self.resumer.on_cluster):
+            # only the cluster executes its runs: a worker's watcher takes it up (see
+            # session.cluster), now or when a worker comes up — never this process
+            return await self._handed_over(run_id, unowned_ok=True)
         parked_elsewhere = run.lease is not None and (
             self.resumer is None or run.lease.owner != self.resumer.claimant.id
         )
-        # a cluster's workers take up a run of theirs once answered (see session.cluster)
-        cluster = run.launch.get("executor") == "dask" and self.resumer is None
-        if (parked_elsewhere or cluster) and await self._handed_over(run_id, cluster):
-            return True  # its owner (or a cluster worker) heard the doorbell and resumed it
+        if parked_elsewhere and await self._handed_over(run_id, unowned_ok=False):
+            return True  # its owner heard the doorbell and resumed it
         return await self._resume_here(run_id, by)
 
     async def _handed_over(self, run_id: str, unowned_ok: bool) -> bool:

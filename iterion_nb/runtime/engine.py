@@ -123,6 +123,8 @@ class Engine:
         self.outcome: Outcome | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._active = 0
+        #: Set whenever a branch ends (a gate waiting for answers may now be alone).
+        self.branch_ended = asyncio.Event()
         self._settled = asyncio.Event()
         limit = wf.budget.max_parallel_branches
         self._slots = asyncio.Semaphore(limit) if limit else None
@@ -306,6 +308,10 @@ class Engine:
         return True
 
     # -- branches ----------------------------------------------------------
+    def alone(self) -> bool:
+        """Whether one branch is left (the caller's): nothing else of the run works."""
+        return self._active == 1
+
     def _spawn(self, f: Frontier) -> None:
         self.state.frontier[f.branch] = f
         self._active += 1
@@ -336,6 +342,7 @@ class Engine:
             await self._branch_failed(f, err)
         finally:
             self._active -= 1
+            self.branch_ended.set()
             if self._active == 0:
                 self._settled.set()
 

@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -414,11 +414,20 @@ class NodeRunner:
 
     # -- await_answers -----------------------------------------------------
     async def _await_answers(self, node: m.AwaitAnswersNode, f: Frontier) -> Any:
-        if await self._unanswered(node):
+        resumed = f.resume or {}
+        # a wall-clock deadline: kept across a pause, whichever process resumes the run
+        deadline = float(resumed.get("deadline") or time.time() + node.timeout_seconds)
+        pending = await self._unanswered(node)
+        if pending:
             # Parked for the whole wait: re-checking needs no slot, so a ring
             # that does not release this gate costs its siblings nothing.
             async with self.engine.parked(f):
-                await self._until_answered(node)
+                await self._until_answered(node, f, deadline)
+        paused = resumed.get("await")
+        if isinstance(paused, str):  # the pause that gave the worker back is over
+            f.resume = None
+            with contextlib.suppress(ConflictError):
+                await self.store.answer(paused, {"answered": True}, answered_by="iterion")
         return {"answers": await self._answers(node)}
 
     async def _unanswered(self, node: m.AwaitAnswersNode) -> list[Interaction]:
@@ -426,26 +435,58 @@ class NodeRunner:
             self.engine.run_id, node_id=node.from_node, kind="async"
         )
 
-    async def _until_answered(self, node: m.AwaitAnswersNode) -> None:
-        """Level-triggered wait: armed on the doorbell before every check."""
-        deadline = time.monotonic() + node.timeout_seconds
+    async def _until_answered(self, node: m.AwaitAnswersNode, f: Frontier, deadline: float) -> None:
+        """Level-triggered wait: armed on the doorbell before every check.
+
+        An engine that does not keep paused runs (a cluster worker's) gives the
+        run back instead of waiting once this is the run's only branch left:
+        see :meth:`_pause_gate`.
+        """
         bell = self.store.doorbell  # type: ignore[attr-defined]
         run = self.engine.run_id
         # woken by answers to the questions it waits for, not by every answer of the run
         key = node_key(run, node.from_node) if node.from_node else run
         while True:
+            self.engine.branch_ended.clear()  # before looking: no ending is missed
             with bell.arm(key) as ticket:  # armed first: no ring is lost
                 pending = await self._unanswered(node)
                 if not pending:
                     return
-                remaining = deadline - time.monotonic()
+                remaining = deadline - time.time()
                 if remaining <= 0:
                     names = "; ".join(f"{p.id} ({p.node_id}): {p.question!r}" for p in pending)
                     raise NodeError(
                         node.name,
                         f"timed out after {node.timeout_seconds:g}s; unanswered: {names}",
                     )
-                await ticket.wait(timeout=min(self.engine.poll_interval, remaining))
+                if not self.engine.park and self.engine.alone():
+                    await self._pause_gate(node, f, pending, deadline)
+                await _first_of(
+                    ticket.wait(timeout=min(self.engine.poll_interval, remaining)),
+                    self.engine.branch_ended.wait(),
+                )
+
+    async def _pause_gate(
+        self, node: m.AwaitAnswersNode, f: Frontier, pending: list[Interaction], deadline: float
+    ) -> None:
+        """Pause the run at this gate: nothing else works, so no process need hold it.
+
+        An ``await`` record lists the questions; it ends at the gate's deadline,
+        which releases the run too (the gate then times out). Raises PauseRun.
+        """
+        visit = self.state.visits.get(node.name, 0)
+        iid = f"{self.engine.run_id}-{node.name}-{f.branch}-v{visit}-await"
+        record = Interaction(
+            iid, self.engine.run_id, node.name, "await",
+            (f"waiting for the answers to {len(pending)} question(s)",), utcnow(),
+            branch_id=f.branch, waits_on=tuple(p.id for p in pending),
+            expires_at=datetime.fromtimestamp(deadline, UTC),
+        )  # fmt: skip
+        with contextlib.suppress(ConflictError):  # paused here before: the same pause
+            await self.store.add_interaction(record)
+        state = {"deadline": deadline, "await": iid, "interactions": [iid]}
+        f.resume = state
+        raise PauseRun(iid, state)
 
     async def _answers(self, node: m.AwaitAnswersNode) -> list[dict[str, Any]]:
         records = await self.store.interactions(self.engine.run_id)
@@ -456,6 +497,16 @@ class NodeRunner:
             if r.kind == "async" and not r.pending
             and (node.from_node is None or r.node_id == node.from_node)
         ]  # fmt: skip
+
+
+async def _first_of(*waits: Any) -> None:
+    """Until the first of ``waits`` (awaitables) is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 def shell_word(value: Any) -> str:

@@ -45,6 +45,8 @@ QUEUE_TTL = 60.0
 SCAN_INTERVAL = 5.0
 #: The watcher plugin's name on the cluster.
 PLUGIN = "iterion-run-watcher"
+#: Seconds to reach a scheduler before giving up.
+CONNECT_TIMEOUT = 10.0
 
 _stores: dict[str, Store] = {}
 _stores_lock = threading.Lock()
@@ -99,12 +101,48 @@ def _client(cluster: Any) -> Any:
         ) from None
     if isinstance(cluster, distributed.Client):
         return cluster
+    _answers_as_scheduler(str(cluster))
     try:
         return distributed.Client(  # type: ignore[no-untyped-call]
-            str(cluster), set_as_default=False, timeout="10s"
+            str(cluster), set_as_default=False, timeout=f"{CONNECT_TIMEOUT:.0f}s"
         )
     except (OSError, TimeoutError) as err:
         raise IterionError(f"cannot reach the Dask scheduler at {cluster}: {err}") from None
+
+
+def _answers_as_scheduler(address: str) -> None:
+    """Check that ``address`` is a Dask scheduler's before a client waits on it.
+
+    A client connected to something that is not a Dask server (its dashboard's
+    HTTP port, say) waits for its greeting forever; this check gives up.
+
+    Raises:
+        IterionError: Not an address Dask takes, nothing listens there, or what
+            does never greets like Dask.
+    """
+    import concurrent.futures
+
+    from distributed.comm.core import connect
+
+    async def greet() -> None:
+        comm = await connect(address, timeout=CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
+        await comm.close()
+
+    # a thread of its own: the caller may be a notebook's running event loop
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="iterion-dask") as pool:
+        done = pool.submit(asyncio.run, asyncio.wait_for(greet(), CONNECT_TIMEOUT))
+        try:
+            done.result()
+        except ValueError as err:
+            raise IterionError(f"'{address}' is not a Dask scheduler address: {err}") from None
+        except TimeoutError:
+            raise IterionError(
+                f"nothing at {address} answered as a Dask scheduler within"
+                f" {CONNECT_TIMEOUT:.0f} s (a scheduler listens on port 8786 by default;"
+                " 8787 is its dashboard)"
+            ) from None
+        except OSError as err:
+            raise IterionError(f"cannot reach the Dask scheduler at {address}: {err}") from None
 
 
 class DaskExecutor:
@@ -139,6 +177,31 @@ class DaskExecutor:
         """Let go of the client (runs go on on the cluster)."""
         if self._own_client:
             self.client.close()
+
+
+def check_tools_reach_workers(wf: Any) -> None:
+    """Refuse a cluster run that calls a tool defined in this notebook or script.
+
+    Such a tool exists in this process only: the workers could not call it.
+
+    Raises:
+        IterionError: Names the tools and what to do.
+    """
+    from iterion_nb.backends.tools import REGISTRY
+    from iterion_nb.ir import model as m
+
+    here = sorted({
+        name for node in wf.nodes.values() if isinstance(node, m.AgentNode)
+        for name in node.tools
+        if name in REGISTRY and getattr(REGISTRY[name].fn, "__module__", None) == "__main__"
+    })  # fmt: skip
+    if here:
+        names = ", ".join(f"'{name}'" for name in here)
+        raise IterionError(
+            f"tool {names} is defined in this notebook or script, and a cluster run executes"
+            " on the workers, where it does not exist: define it in a module the workers"
+            " import (dask worker --preload MODULE), or run here (cluster=False)"
+        )
 
 
 def execute_run(store_spec: str, run_id: str, take_from: str | None) -> str:

@@ -33,7 +33,12 @@ from iterion_nb.runtime.records import Run as RunRecord
 from iterion_nb.runtime.records import RunStatus, utcnow
 from iterion_nb.runtime.state import Frontier, RunState
 from iterion_nb.runtime.values import preset_values, resolve_vars
-from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, DaskExecutor
+from iterion_nb.session.cluster import (
+    CLUSTER_ENV,
+    EXECUTOR,
+    DaskExecutor,
+    check_tools_reach_workers,
+)
 from iterion_nb.session.handle import RunHandle
 from iterion_nb.session.launch import (
     Answers,
@@ -197,6 +202,7 @@ class Session:
         )  # fmt: skip
         self.serve()
         if self.executor is not None:  # held for the cluster until a worker takes it over
+            check_tools_reach_workers(wf)
             queue = self.executor.queue_claimant()
             await self.store.create_run(run, owner=queue)
             self.executor.submit(run.id, queue.id)
@@ -292,7 +298,9 @@ class Session:
             state.frontier["b0"] = Frontier("b0", wf.entry, {})
         state.pending_interaction = None
         state.waiting_on = []
-        self._launch(wf, run_id, state, run.launch, resumed=True, scenario=scenario)
+        # a run queued for a cluster, taken from its queue before any progress, starts here
+        begun = take_from is None or run.checkpoint is not None
+        self._launch(wf, run_id, state, run.launch, resumed=begun, scenario=scenario)
         return RunHandle(self, run_id)
 
     def _workflow_for(
@@ -313,6 +321,7 @@ class Session:
     ) -> RunHandle:
         """Take the run for the cluster (atomically), record the answers, queue it."""
         assert self.executor is not None
+        check_tools_reach_workers(wf)
         queue = self.executor.queue_claimant()
         run = await self.store.acquire_run(run_id, queue)
         for iid, answer in (answers or {}).items():
@@ -321,6 +330,11 @@ class Session:
             await self.store.update_run(run_id, source_hash=wf.source_hash, source=text)
         self.executor.submit(run_id, queue.id)
         return RunHandle(self, run_id)
+
+    @property
+    def on_cluster(self) -> bool:
+        """Whether this session executes runs on a Dask cluster."""
+        return self.executor is not None
 
     async def resume_answered(self, run_id: str, answered_by: str) -> None:
         """Resume a run whose awaited answers are all in (the answer service calls this)."""

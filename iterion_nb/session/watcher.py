@@ -161,7 +161,11 @@ def dask_setup(worker: Any) -> None:
 
     spec = os.environ.get("ITERION_NB_STORE")
     if not spec:
-        log.warning("iterion_nb watcher: ITERION_NB_STORE is not set; watching nothing")
+        log.warning(
+            "iterion_nb watcher: ITERION_NB_STORE is not set, so this worker watches no store"
+            " of its own: it watches only the stores of clients that register the watcher"
+            " (Session(cluster=...) does), and only while their scheduler runs"
+        )
         return
     watcher = RunWatcher(spec)
     watcher.setup(worker)

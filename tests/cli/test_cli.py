@@ -112,6 +112,15 @@ def test_usage_errors_exit_two() -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("verb", [["runs", "list"], ["runs", "answer", "r1", "q1", "yes"]])
+def test_an_empty_store_is_refused_not_created(tmp_path: Path, verb: list[str]) -> None:
+    """``--store "$VAR"`` with VAR unset: no store appears where you stand, no "no run"."""
+    proc = run(*verb, "--store", "", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "argument --store: is empty: name a store" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_reader_that_stops_early_gets_no_error_message(tmp_path: Path) -> None:
     """``iterion-nb validate FILE | head``: the rest is not wanted, and that is not an error."""
     (tmp_path / "w.iter").write_text("workflow w:\n  entry: a\n  a -> b\n")
@@ -124,3 +133,31 @@ def test_a_reader_that_stops_early_gets_no_error_message(tmp_path: Path) -> None
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=30) == 141
     assert err == ""
+
+
+def test_an_answer_that_needs_json_says_so(tmp_path: Path) -> None:
+    """A form's answer typed as text: refused with the way to give JSON, then accepted."""
+    flow = tmp_path / "form.iter"
+    flow.write_text(
+        "schema verdict:\n  ship: bool\n\n"
+        'human gate:\n  instructions: "Ship it?"\n  output: verdict\n\n'
+        "workflow w:\n  entry: gate\n  gate -> done\n"
+    )
+    store = str(tmp_path / "store")
+    started = run("run", str(flow), "--store", store, "--json", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["id"]
+    asked = run("runs", "questions", run_id, "--store", store, "--json", cwd=tmp_path)
+    (question,) = json.loads(asked.stdout)["interactions"]
+    as_text = run("runs", "answer", run_id, question["id"], '{"ship": true}', "--store", store)
+    assert as_text.returncode == 1
+    assert "'ship' must be bool" in as_text.stderr
+    assert "give JSON data — a form's fields, a number, true or false — with --json-value" in (
+        as_text.stderr
+    )
+    as_json = run(
+        "runs", "answer", run_id, question["id"], '{"ship": true}', "--json-value",
+        "--store", store,
+    )  # fmt: skip
+    assert as_json.returncode == 0, as_json.stderr
+    assert "the run resumed; it is now finished" in as_json.stdout

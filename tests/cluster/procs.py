@@ -28,11 +28,18 @@ def _listening(port: int) -> bool:
 
 
 def _children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    try:
-        return [int(p) for p in path.read_text().split()]
-    except OSError:
-        return []
+    """The child processes of ``pid``, whichever of its threads started them.
+
+    A nanny starts its worker from a thread of its own: the main thread's
+    children alone would be multiprocessing's resource tracker only.
+    """
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 class CliCluster:
@@ -98,6 +105,12 @@ class CliCluster:
                     os.kill(child, signal.SIGKILL)
             proc.kill()
             proc.wait()
+        self.workers.clear()
+
+    def wait_workers_gone(self, timeout: float = 60.0) -> None:
+        """Until every worker process has exited by itself (as after losing its scheduler)."""
+        for proc in self.workers:
+            proc.wait(timeout=timeout)
         self.workers.clear()
 
     def close(self) -> None:

@@ -168,6 +168,34 @@ async def test_a_parked_run_holds_no_worker_and_resumes_when_answered_from_elsew
     assert ran(tmp_path) == Counter({"before": 1, "after": 1})
     worker_pids = set(client.run(os.getpid).values())
     assert pids(tmp_path, "after") <= worker_pids and os.getpid() not in pids(tmp_path, "after")
+    runs = [e.type for e in await run.events() if e.type.startswith("run_")]
+    assert runs == ["run_started", "run_paused", "run_resumed", "run_finished"]
+
+
+async def test_answered_with_the_cli_of_a_process_without_the_cluster_a_worker_resumes_it(
+    session: Session, tmp_path: Path, cluster: Any, store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answering from anywhere never runs a cluster's run in the answering process."""
+    run = await session.start(it.compile(GATE))
+    assert await run.wait(60) == "paused_waiting_human"
+    (question,) = await run.pending_questions()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ITERION_NB_")}
+    answered = await asyncio.to_thread(
+        subprocess.run,
+        [CLI, "runs", "answer", run.id, question.id, "yes", "--store", store],
+        capture_output=True, text=True, timeout=120, cwd=elsewhere, env=env, check=False,
+    )  # fmt: skip
+    assert answered.returncode == 0, answered.stderr
+    # a DuckDB file is answered through the process that holds it (it queues the run)
+    told = "a cluster worker resumed the run" if "://" in store else "the run resumed"
+    assert told in answered.stdout, answered.stdout
+    assert await run.wait(60) == "finished", run.error
+    assert ran(tmp_path) == Counter({"before": 1, "after": 1})
+    assert not (elsewhere / "ran.txt").exists()  # not run in the answering CLI's directory
+    worker_pids = set(session.executor.client.run(os.getpid).values())  # type: ignore[union-attr]
+    assert pids(tmp_path, "after") <= worker_pids
 
 
 async def test_two_sessions_racing_to_resume_on_the_cluster_run_it_once(
@@ -289,3 +317,173 @@ async def test_a_worker_killed_with_its_nanny_mid_run_the_run_goes_on_elsewhere(
     finally:
         await session.close()
         await asyncio.to_thread(cluster.close)
+
+
+async def test_the_stores_password_never_reaches_the_clusters_logs(
+    tmp_path: Path, cluster: Any, postgres_url: str
+) -> None:
+    """Dask logs worker plugins by name, and its dashboard shows those logs to anyone."""
+    secret = "s3cret-pw"
+    url = postgres_url.replace("postgres@", f"postgres:{secret}@", 1)
+    assert secret in url
+    url += ("&" if "?" in url else "?") + f"schema=pw_{os.getpid()}"
+    session = Session(url, cluster=cluster.scheduler_address, workdir=tmp_path)
+    try:
+        run = await session.start(it.compile(GATE))
+        assert await run.wait(60) == "paused_waiting_human"
+        client = session.executor.client  # type: ignore[union-attr]
+        logs = [str(client.get_scheduler_logs(n=1000))]
+        logs += [str(lines) for lines in client.get_worker_logs(n=1000).values()]
+        plugins = client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.worker_plugins)
+        )
+        assert any("iterion-run-watcher:postgresql://postgres:***@" in p for p in plugins), plugins
+        assert not [text for text in [*logs, *plugins] if secret in text]
+    finally:
+        await session.close()
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """An HTTP server on loopback (as a scheduler's dashboard is): its port."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("address", "told"),
+    [
+        ("tcp://127.0.0.1:{port}", "nothing at tcp://127.0.0.1:{port} answered as a Dask scheduler"
+         " within 10 s (a scheduler listens on port 8786 by default; 8787 is its dashboard)"),
+        ("http://127.0.0.1:{port}", "'http://127.0.0.1:{port}' is not a Dask scheduler address:"
+         " unknown address scheme 'http'"),
+    ],
+)  # fmt: skip
+def test_a_cluster_address_that_is_no_scheduler_is_a_clear_error(
+    tmp_path: Path, http_port: int, address: str, told: str
+) -> None:
+    """The dashboard's port instead of the scheduler's: an error within seconds, no hang."""
+    flow = tmp_path / "gate.iter"
+    flow.write_text(GATE)
+    given = address.format(port=http_port)
+    done = subprocess.run(
+        [CLI, "run", str(flow), "--store", str(tmp_path / "s"), "--cluster", given],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"iterion-nb: {told.format(port=http_port)}"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_a_tool_defined_in_the_notebook_is_refused_for_the_cluster_at_once(
+    session: Session,
+) -> None:
+    """It would exist in the kernel only: the run would fail on a worker, later."""
+    from iterion_nb.backends.tools import REGISTRY
+    from iterion_nb.errors import IterionError
+
+    def word_count(text: str) -> int:
+        """Count words."""
+        return len(text.split())
+
+    word_count.__module__ = "__main__"  # as a function of a notebook cell is
+    it.tool(word_count)
+    flow = 'agent a:\n  model: "scripted"\n  tools: [word_count, read_file]\n  user: "Count."\n\n'
+    flow += "workflow w:\n  entry: a\n  a -> done\n"
+    try:
+        with pytest.raises(IterionError) as refused:
+            await session.start(it.compile(flow))
+    finally:
+        REGISTRY.pop("word_count", None)
+    assert str(refused.value).startswith(
+        "tool 'word_count' is defined in this notebook or script, and a cluster run executes"
+        " on the workers, where it does not exist"
+    )
+    assert await session.runs() == []  # nothing recorded
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+ASKS_THEN_WAITS = """\
+agent asker:
+  model: "scripted"
+  interaction: async
+  user: "Ask, then go on."
+
+await_answers gate:
+  from: asker
+  timeout: "{timeout}"
+
+workflow w:
+  entry: asker
+  asker -> gate
+  gate -> done
+"""
+
+
+async def went_on(run: Any, timeout: float = 60) -> str:
+    """The status a paused run settles in once it has gone on."""
+
+    async def resumed() -> bool:
+        return (await run.refresh()).status != "paused_waiting_human"
+
+    await until(resumed, timeout)
+    return str(await run.wait(timeout))
+
+
+def asks(question: str) -> dict[str, Any]:
+    """The scripted asker: one async question, then its answer."""
+    return {"nodes": {"asker": [
+        {"tool_calls": [{"name": "ask_user_async", "input": {"question": question}}]},
+        {"text": "Asked."},
+    ]}}  # fmt: skip
+
+
+async def test_an_await_answers_gate_gives_the_worker_back_while_people_answer(
+    tmp_path: Path, cluster: Any, store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tour's async example: nothing works while the gate waits, so no worker holds it."""
+    monkeypatch.chdir(tmp_path)
+    scenario = EXAMPLES / "async_questions.scenario.yaml"
+    session = Session(store, cluster=cluster.scheduler_address, workdir=tmp_path,
+                      scenario=str(scenario))  # fmt: skip
+    try:
+        run = await session.start(it.compile_file(EXAMPLES / "async_questions.iter"))
+        assert await run.wait(90) == "paused_waiting_human", run.error
+        record = await run.refresh()
+        assert record.lease is None
+        client = session.executor.client  # type: ignore[union-attr]
+        assert all(not tasks for tasks in client.processing().values())
+        questions = await run.pending_questions()
+        assert sorted(q.kind for q in questions) == ["async", "async"]  # the pause is not one
+        for question, answer in zip(questions, ["formal", "the widget"], strict=True):
+            subprocess.run([sys.executable, "-c", ANSWER, store, question.id], check=True)
+            del answer  # the answering process says "yes"
+        assert await went_on(run) == "finished", run.error
+        gate = run.outputs["gate"]["answers"]
+        assert sorted(a["answer"] for a in gate) == ["yes", "yes"]
+    finally:
+        await session.close()
+
+
+async def test_an_await_answers_gate_times_out_while_nobody_holds_the_run(
+    tmp_path: Path, cluster: Any, store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    session = Session(store, cluster=cluster.scheduler_address, workdir=tmp_path,
+                      scenario=asks("Which colour?"))  # fmt: skip
+    try:
+        run = await session.start(it.compile(ASKS_THEN_WAITS.format(timeout="3s")))
+        assert await run.wait(60) == "paused_waiting_human", run.error
+        # its deadline ends the pause; a worker takes the run up and the gate gives up
+        assert await went_on(run) == "failed_resumable"
+        assert run.error is not None and "timed out after 3s; unanswered:" in run.error
+        assert "Which colour?" in run.error
+    finally:
+        await session.close()

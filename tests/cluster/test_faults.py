@@ -24,6 +24,8 @@ from tests.pgserver import PgServer
 
 from .procs import CliCluster
 
+CLI = str(Path(sys.executable).parent / "iterion-nb")
+
 GATE = """\
 human gate:
   instructions: "Ship it?"
@@ -98,8 +100,14 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
         assert await run.wait(60) == "paused_waiting_human"
         await asyncio.to_thread(cluster.kill_workers)  # nobody is up
         (question,) = await run.pending_questions()
-        subprocess.run([sys.executable, "-c", ANSWER, store, question.id], check=True)
-        await asyncio.sleep(2)
+        # answered with the CLI of a process without the cluster: it does not run it itself
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ITERION_NB_")}
+        answered = await asyncio.to_thread(
+            subprocess.run, [CLI, "runs", "answer", run.id, question.id, "yes", "--store", store],
+            capture_output=True, text=True, timeout=120, env=env, check=False,
+        )  # fmt: skip
+        assert answered.returncode == 0, answered.stderr
+        assert "the first one that comes up resumes it" in answered.stdout, answered.stdout
         assert (await run.refresh()).status == "paused_waiting_human"  # nobody to take it
         await asyncio.to_thread(cluster.add_worker)  # the first worker that comes up ...
 
@@ -114,6 +122,7 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
 
 
 async def test_the_scheduler_restarting_loses_no_run(chdir: Path, postgres_url: str) -> None:
+    """``dask worker`` exits when it loses its scheduler: a supervisor starts it again."""
     store = schema_url(postgres_url)
     cluster = await asyncio.to_thread(CliCluster, chdir, 2, store)
     session = Session(store, cluster=cluster.address, workdir=chdir)
@@ -125,7 +134,11 @@ async def test_the_scheduler_restarting_loses_no_run(chdir: Path, postgres_url: 
 
         await until(in_flight, timeout=60)
         await asyncio.to_thread(cluster.restart_scheduler)
+        await asyncio.to_thread(cluster.wait_workers_gone)  # with the run in flight
+        assert (await run.refresh()).status == "interrupted"
         (chdir / "go").touch()
+        for _ in range(2):  # the supervisor (systemd, Kubernetes, a shell loop) restarts them
+            await asyncio.to_thread(cluster.add_worker)
 
         async def finished() -> bool:
             return (await run.refresh()).status == "finished"
