@@ -26,10 +26,11 @@ MAX_DEPTH = 20
 _EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 _LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 #: ``write_batch`` rows: [run_id, type, data (JSON text), node_id, branch_id]
-#: and [run_id, checkpoint, owner, durable].
+#: and [run_id, checkpoint, owner, durable], and (optional) [run_id, claimant] held.
 _BATCH_ROWS: dict[str, tuple[Any, ...]] = {
     "events": (str, str, str, str | None, str | None),
     "checkpoints": (str, dict[str, Any], str | None, bool),
+    "held": (str, str),
 }
 
 
@@ -61,9 +62,10 @@ def checked_call(method: str, args: list[Any], kwargs: dict[str, Any]) -> Call:
 
 
 def _checked_batch(args: list[Any], kwargs: dict[str, Any]) -> Call:
-    if kwargs or len(args) != 2:
-        raise ApiError(400, "bad_request", "write_batch: expects [events, checkpoints]")
-    for (name, shape), rows in zip(_BATCH_ROWS.items(), args, strict=True):
+    if kwargs or len(args) not in (2, 3):
+        raise ApiError(400, "bad_request", "write_batch: expects [events, checkpoints, held]")
+    shapes = list(_BATCH_ROWS.items())[: len(args)]
+    for (name, shape), rows in zip(shapes, args, strict=True):
         if not isinstance(rows, list):
             raise ApiError(400, "bad_request", f"write_batch: {name} must be a list")
         for row in rows:

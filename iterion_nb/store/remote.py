@@ -151,6 +151,8 @@ class RemoteStore:
         self._local: Store | None = None
         self._lock = threading.Lock()
         self._batch = _Batch()
+        #: The claimant each run this process took is held under (see _send_batch).
+        self._held: dict[str, str] = {}
         self._rings: RingListener | None = None
         self._pending_reads: dict[str, tuple[tuple[int, Any], asyncio.Future[Any]]] = {}
         self._channel: HolderChannel | None = None
@@ -328,8 +330,11 @@ class RemoteStore:
                     break
                 waiting = batch.sending
             await asyncio.wrap_future(waiting)
+        # the runs this process holds, with their claimant: the holder drops the events
+        # of one taken over meanwhile (written late, after a new owner's)
+        held = [[r, self._held[r]] for r in sorted({e[0] for e in events}) if r in self._held]
         try:
-            await self._invoke("write_batch", [events, checkpoints], {})
+            await self._invoke("write_batch", [events, checkpoints, held], {})
         finally:
             with batch.lock:
                 batch.sending = None
@@ -353,7 +358,10 @@ class RemoteStore:
         return stored
 
     async def create_run(self, run: Any, *, owner: Claimant | None = None) -> Any:
-        return await self._add("create_run", run, "get_run", owner=owner)
+        created = await self._add("create_run", run, "get_run", owner=owner)
+        if owner is not None:
+            self._held[run.id] = owner.id
+        return created
 
     async def get_run(self, run_id: str) -> Any:
         return await self._call("get_run", run_id)
@@ -373,18 +381,26 @@ class RemoteStore:
         statuses: tuple[str, ...] = RESUMABLE,
         take_from: str | None = None,
     ) -> Any:
-        return await self._call(
+        taken = await self._call(
             "acquire_run", run_id, owner, statuses=list(statuses), take_from=take_from
         )
+        self._held[run_id] = owner.id
+        return taken
 
     async def renew_leases(self, owner: Claimant, run_ids: list[str]) -> Any:
         return await self._call("renew_leases", owner, run_ids)
 
     async def settle_run(self, run_id: str, owner: str, **kwargs: Any) -> Any:
-        return await self._call("settle_run", run_id, owner, **kwargs)
+        settled = await self._call("settle_run", run_id, owner, **kwargs)
+        if not kwargs.get("keep_lease"):
+            self._held.pop(run_id, None)
+        return settled
 
     async def release_runs(self, owner: str, run_ids: list[str]) -> None:
         await self._call("release_runs", owner, run_ids)
+        for run_id in run_ids:
+            if self._held.get(run_id) == owner:
+                del self._held[run_id]
 
     async def cancel_run(self, run_id: str) -> Any:
         run = await self._call("cancel_run", run_id)
@@ -554,14 +570,25 @@ def _comparable(record: Any) -> Any:
     return record
 
 
-async def _write_batch(store: Store, events: list[list[Any]], checkpoints: list[list[Any]]) -> None:
+async def _write_batch(
+    store: Store,
+    events: list[list[Any]],
+    checkpoints: list[list[Any]],
+    held: list[list[Any]] | None = None,
+) -> None:
     """Apply one batch sent by a remote store: its events in order, then its checkpoints.
 
-    A record that cannot be applied (an unknown run, a lost lease) does not
-    stop the others; the first such error is raised at the end.
+    ``held`` names, for runs the sender executes, the claimant it holds them
+    under: the events of a run another owner has taken (or settled) since are
+    void, as a lost owner's checkpoints are. A record that cannot be applied
+    (an unknown run, a lost lease) does not stop the others; the first such
+    error is raised at the end.
     """
     first: StoreError | None = None
+    void = await _taken_over(store, held or [])
     for run_id, event_type, data, node_id, branch_id in events:
+        if run_id in void:
+            continue
         try:
             await store.append_event(
                 run_id, event_type, json.loads(data), node_id=node_id, branch_id=branch_id
@@ -575,6 +602,25 @@ async def _write_batch(store: Store, events: list[list[Any]], checkpoints: list[
             first = first or err
     if first is not None:
         raise first
+
+
+async def _taken_over(store: Store, held: list[list[Any]]) -> set[str]:
+    """Which of the ``[run id, claimant]`` pairs no longer hold: another owner came since.
+
+    Seen through the Store protocol, a run whose lease lapsed reads
+    ``interrupted`` whoever held it: its events are still written (the usual
+    case: its own lease lapsed and nobody took it yet).
+    """
+    void = set()
+    for run_id, owner in held:
+        try:
+            run = await store.get_run(run_id)
+        except StoreError:
+            continue  # the event's own write says what is wrong
+        ours = run.lease is not None and run.lease.owner == owner
+        if not ours and run.status != "interrupted":  # lapsed and not taken yet: still ours
+            void.add(run_id)
+    return void
 
 
 def open_store(

@@ -335,3 +335,88 @@ async def test_duckdb_never_draws_its_progress_bar(tmp_path: Path) -> None:
         assert setting == (False,)
     finally:
         await store.close()
+
+
+async def test_a_batch_sent_for_a_run_taken_over_since_loses_its_events(tmp_path: Path) -> None:
+    """What a holder does with a client's late batch (a worker whose lease lapsed)."""
+    from iterion_nb.runtime.ownership import Claimant
+    from iterion_nb.store.remote import write_batch
+
+    store = open_duckdb_store(tmp_path / "s.duckdb")
+    try:
+        old, new = Claimant.here(ttl=0.2), Claimant.here()
+        await store.create_run(make_run(status="running"), owner=old)
+        await asyncio.sleep(0.3)  # its lease lapses; nobody has taken the run yet
+        event = ["r1", "late", "{}", None, None]
+        await write_batch(store, [event], [], [["r1", old.id]])  # still its run: written
+        await store.acquire_run("r1", new, statuses=("running", "interrupted"))
+        await write_batch(store, [event], [], [["r1", old.id]])  # taken over: void
+        await write_batch(store, [["r1", "mine", "{}", None, None]], [], [["r1", new.id]])
+        await write_batch(store, [["r1", "unheld", "{}", None, None]], [])  # as before
+        assert [e.type for e in await store.events("r1")] == ["late", "mine", "unheld"]
+    finally:
+        await store.close()
+
+
+SERVED = textwrap.dedent(
+    """
+    import asyncio, sys
+    from iterion_nb.api.holder import open_served_store
+
+    async def main():
+        store = open_served_store(sys.argv[1])
+        await store.list_runs()
+        print("ready", flush=True)
+        await asyncio.sleep(120)
+
+    asyncio.run(main())
+    """
+)
+TAKE = textwrap.dedent(
+    """
+    import asyncio, sys
+    from iterion_nb.runtime.ownership import Claimant
+    from iterion_nb.store.remote import open_store
+
+    async def main():
+        store = open_store(sys.argv[1])
+        await store.acquire_run("r1", Claimant.here(), statuses=("running", "interrupted"))
+        await store.append_event("r1", "run_resumed")
+        await store.flush()
+        print("taken", flush=True)
+        sys.stdin.readline()  # the new owner lives on while the old one's batch arrives
+        await store.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_worker_that_lost_its_run_writes_none_of_its_late_events(tmp_path: Path) -> None:
+    """Through the holder, as a cluster worker on a DuckDB store writes: held runs are named."""
+    from iterion_nb.runtime.ownership import Claimant
+    from iterion_nb.store.remote import RemoteStore, open_store
+
+    path = tmp_path / "s.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", SERVED, str(path)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"ready"
+        client = open_store(path)
+        assert isinstance(client, RemoteStore)
+        client.batch_interval = 60.0  # what it appends waits, as during an outage
+        await client.create_run(make_run(status="running"), owner=Claimant.here(ttl=0.2))
+        await client.append_event("r1", "node_finished", node_id="a")
+        await asyncio.sleep(0.3)  # its lease lapses; another process takes the run over
+        taker = subprocess.Popen(
+            [sys.executable, "-c", TAKE, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert taker.stdout is not None and taker.stdin is not None
+        assert (await asyncio.to_thread(taker.stdout.readline)).strip() == b"taken"
+        await client.flush()  # the late batch arrives: void for that run
+        assert [e.type for e in await client.events("r1")] == ["run_resumed"]
+        taker.stdin.close()
+        assert await asyncio.to_thread(taker.wait, 30) == 0
+        await client.close()
+    finally:
+        holder.kill()
+        holder.wait()
