@@ -316,19 +316,36 @@ def run_cells(page: Any, count: int, start: int = 0) -> None:
 
 
 def run_all(page: Any) -> None:
-    """*Run All*, then wait until every code cell ran and the kernel is idle."""
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_function(
-        f"""() => {{
-            const prompts = [...document.querySelectorAll(
-                '{NOTEBOOK} .jp-CodeCell .jp-InputPrompt')];
-            const panel = window.jupyterapp.shell.currentWidget;
-            const kernel = panel.sessionContext.session.kernel;
-            return prompts.length && prompts.every((p) => /\\[\\d+\\]/.test(p.textContent))
-                && kernel.status === "idle";
-        }}""",
-        timeout=120_000,
-    )
+    """*Run All*, then wait until every code cell ran and the kernel is idle.
+
+    The command's promise settles only once every cell ran: not awaited here,
+    so a cell that hangs fails the wait below, which says where each cell stands.
+    """
+    page.evaluate("() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    try:
+        page.wait_for_function(
+            f"""() => {{
+                const prompts = [...document.querySelectorAll(
+                    '{NOTEBOOK} .jp-CodeCell .jp-InputPrompt')];
+                const panel = window.jupyterapp.shell.currentWidget;
+                const kernel = panel.sessionContext.session.kernel;
+                return prompts.length && prompts.every((p) => /\\[\\d+\\]/.test(p.textContent))
+                    && kernel.status === "idle";
+            }}""",
+            timeout=120_000,
+        )
+    except Exception as err:
+        cells = page.evaluate(
+            f"""() => [...document.querySelectorAll('{NOTEBOOK} .jp-CodeCell')].map((c) => [
+                c.querySelector('.jp-InputPrompt').textContent.trim(),
+                c.querySelector('.jp-InputArea-editor').textContent.slice(0, 60),
+                (c.querySelector('.jp-OutputArea') || {{textContent: ''}}).textContent.slice(-200),
+            ])"""
+        )
+        kernel = page.evaluate(
+            "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+        )
+        raise AssertionError(f"Run All did not finish (kernel {kernel}): {cells}") from err
 
 
 def cell_index(lab: dict[str, Any], path: str, text: str) -> int:
