@@ -70,27 +70,31 @@ def _tool_server(
         )
         return None
     server = parts[1]
-    if server not in draft.mcp_servers and not draft.mcp_autoload:
-        known = ", ".join(draft.mcp_servers) or "none"
-        diags.add(
-            "C364",
-            f"'{node.name}' names tool '{tool}' of MCP server '{server}', which is not"
-            f" declared{did_you_mean(server, draft.mcp_servers)} (declared: {known})",
-            span,
-        )
+    missing = _undeclared(draft, server)
+    if missing is not None:
+        diags.add("C364", f"'{node.name}' names tool '{tool}' of {missing}", span)
         return None
     return server
 
 
 def _known(draft: Draft, server: str, who: str, span: Span, diags: Diagnostics) -> None:
-    if server not in draft.mcp_servers and not draft.mcp_autoload:
-        known = ", ".join(draft.mcp_servers) or "none"
-        diags.add(
-            "C025",
-            f"{who} uses MCP server '{server}', which is not declared"
-            f"{did_you_mean(server, draft.mcp_servers)} (declared: {known})",
-            span,
-        )
+    missing = _undeclared(draft, server)
+    if missing is not None:
+        diags.add("C025", f"{who} uses {missing}", span)
+
+
+def _undeclared(draft: Draft, server: str) -> str | None:
+    """How a diagnostic names a server nothing declares; None if it is (or may be) declared.
+
+    With ``autoload_project: true`` any name may be a server of ``.mcp.json``.
+    """
+    if server in draft.mcp_servers or draft.mcp_autoload:
+        return None
+    known = ", ".join(draft.mcp_servers) or "none"
+    return (
+        f"MCP server '{server}', which is not declared"
+        f"{did_you_mean(server, draft.mcp_servers)} (declared: {known})"
+    )
 
 
 def _value_span(draft: Draft, node: m.AgentNode, name: str, item: str) -> Span:

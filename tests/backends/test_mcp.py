@@ -158,19 +158,22 @@ workflow w:
 """
 
 
+def shouting(server: str, refuse: bool = False) -> dict[str, Any]:
+    """writer calls SERVER's shout (then refuse, if asked); quiet tries shout too."""
+
+    def call(tool: str, **given: str) -> dict[str, Any]:
+        return {"tool_calls": [{"name": f"{server}__{tool}", "input": given}]}
+
+    writer = [call("shout", text="hello"), *([call("refuse", reason="too loud")] * refuse)]
+    return {"nodes": {
+        "writer": [*writer, {"text": "Done."}],
+        "quiet": [call("shout", text="psst"), {"text": "Quiet."}],
+    }}  # fmt: skip
+
+
 async def test_tools_named_mcp_server_tool_are_the_only_ones_offered(harness_factory: Any) -> None:
     """The workflow's server reaches the agent; ``tools:`` keeps shout, so refuse never runs."""
-    h: Harness = harness_factory({"nodes": {
-        "writer": [
-            {"tool_calls": [{"name": "words__shout", "input": {"text": "hello"}}]},
-            {"tool_calls": [{"name": "words__refuse", "input": {"reason": "too loud"}}]},
-            {"text": "Done."},
-        ],
-        "quiet": [
-            {"tool_calls": [{"name": "words__shout", "input": {"text": "psst"}}]},
-            {"text": "Quiet."},
-        ],
-    }})  # fmt: skip
+    h: Harness = harness_factory(shouting("words", refuse=True))
     run = await h.start(WORKFLOW_MCP)
     assert await run.wait(90) == "finished", run.error
     assert "HELLO" in h.last_user_text("writer", 1)
@@ -263,16 +266,7 @@ async def test_autoload_project_gives_agents_the_servers_of_mcp_json(
 ) -> None:
     """The run's working directory's .mcp.json, as Claude Code and upstream read it."""
     write_project_file(tmp_path, proj=words_entry())
-    h: Harness = harness_factory({"nodes": {
-        "writer": [
-            {"tool_calls": [{"name": "proj__shout", "input": {"text": "hello"}}]},
-            {"text": "I shouted."},
-        ],
-        "quiet": [
-            {"tool_calls": [{"name": "proj__shout", "input": {"text": "psst"}}]},
-            {"text": "Quiet."},
-        ],
-    }})  # fmt: skip
+    h: Harness = harness_factory(shouting("proj"))
     run = await h.start(PROJECT_FLOW)
     assert await run.wait(90) == "finished", run.error
     assert "HELLO" in h.last_user_text("writer", 1)
