@@ -250,6 +250,14 @@ KERNEL_READY = """() => {
     return !!kernel && kernel.connectionStatus === "connected" && kernel.status === "idle";
 }"""
 
+KERNEL_ROUND_TRIP = """async () => {
+    const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    const reply = kernel.requestExecute({code: "", silent: true, store_history: false}).done;
+    const late = new Promise((resolve) => setTimeout(() => resolve(null), 10000));
+    const msg = await Promise.race([reply, late]);
+    return !!msg && msg.content.status === "ok";
+}"""
+
 KERNEL_STATE = """() => {
     const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
     const context = panel && panel.sessionContext;
@@ -264,7 +272,9 @@ def open_notebook(page: Any, lab: dict[str, Any], path: str) -> None:
     """Open ``path`` alone in its workspace and wait until its kernel is connected and idle.
 
     Before running anything the page's kernel connection must be up (an execution
-    sent while it is still connecting is silently dropped). A loaded machine can
+    sent while it is still connecting is silently dropped), and a silent execution
+    must come back: CI once saw a Run All whose every cell stayed queued on an idle
+    kernel, its first request lost after the page had reported it connected. A loaded machine can
     leave a first page load waiting for its kernel (seen once in CI under a second
     ipykernel): after 45 s a dialog in the way is accepted and the page reloaded,
     three times at most; the failure then says what the page's kernel was doing.
@@ -275,11 +285,13 @@ def open_notebook(page: Any, lab: dict[str, Any], path: str) -> None:
         page.wait_for_selector(f"{NOTEBOOK} .jp-Cell", timeout=60_000)
         try:
             page.wait_for_function(KERNEL_READY, timeout=45_000)
-            return
+            if any(page.evaluate(KERNEL_ROUND_TRIP) for _ in range(3)):
+                return
         except Exception:  # playwright's TimeoutError: retried below, reported at the end
-            state = page.evaluate(KERNEL_STATE)
-            if attempt == 2:
-                raise AssertionError(f"the notebook's kernel never became ready: {state}") from None
+            pass
+        state = page.evaluate(KERNEL_STATE)
+        if attempt == 2:
+            raise AssertionError(f"the notebook's kernel never became ready: {state}")
         accept = page.locator(".jp-Dialog .jp-mod-accept")
         if accept.count():
             accept.first.click()
@@ -345,7 +357,11 @@ def run_all(page: Any) -> None:
         kernel = page.evaluate(
             "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
         )
-        raise AssertionError(f"Run All did not finish (kernel {kernel}): {cells}") from err
+        answers = page.evaluate(KERNEL_ROUND_TRIP)  # is the kernel's shell channel still served?
+        raise AssertionError(
+            f"Run All did not finish (kernel {kernel}, answers a silent execution: {answers}):"
+            f" {cells}"
+        ) from err
 
 
 def cell_index(lab: dict[str, Any], path: str, text: str) -> int:
