@@ -14,7 +14,8 @@ import sys
 import textwrap
 import time
 import uuid
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,14 @@ import psycopg
 import pytest
 
 import iterion_nb as it
-from iterion_nb.errors import AlreadyAnsweredError, StoreError, StoreFileError
+from iterion_nb.errors import (
+    AlreadyAnsweredError,
+    ConflictError,
+    RunOwnedError,
+    StoreError,
+    StoreFileError,
+)
+from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.records import Interaction, Run
 from iterion_nb.session import Session
 from iterion_nb.store import STORE_ENV, resolve_store_path
@@ -225,6 +233,48 @@ async def test_reopening_keeps_everything(url: str) -> None:
         assert (await again.events("r1", after=6))[0].seq == 7
     finally:
         await again.close()
+
+
+async def test_a_run_created_with_an_owner_is_leased_from_the_servers_clock(url: str) -> None:
+    """One statement creates the run and its lease: it starts at the server's now()."""
+    store = open_postgres_store(url)
+    try:
+        owner = Claimant.here(ttl=7.5)
+        created = await store.create_run(a_run(), owner=owner)
+        [(server_now,)] = await raw(url, "SELECT now()")
+        assert created.lease is not None and created.lease.owner == owner.id
+        assert created.lease.expires_at - created.lease.since == timedelta(seconds=7.5)
+        assert timedelta(0) <= server_now - created.lease.since < timedelta(seconds=5)
+        assert (await store.get_run("r1")).lease == created.lease
+        with pytest.raises(ConflictError, match="already exists"):
+            await store.create_run(a_run(), owner=Claimant.here())
+        assert (await store.get_run("r1")).lease == created.lease  # the first owner keeps it
+    finally:
+        await store.close()
+
+
+async def test_a_queued_run_is_handed_over_to_exactly_one_of_racing_workers(url: str) -> None:
+    """Workers of a cluster take a queued run from its queue claimant: one of them only."""
+    stores = [open_postgres_store(url) for _ in range(6)]
+    try:
+        queue = Claimant.here(ttl=60)
+        await stores[0].create_run(replace(a_run(), status="running"), owner=queue)
+        workers = [Claimant.here() for _ in stores]
+        pairs = zip(stores, workers, strict=True)
+        takes = [s.acquire_run("r1", w, take_from=queue.id) for s, w in pairs]
+        results = await asyncio.gather(*takes, return_exceptions=True)
+        won = [r for r in results if isinstance(r, Run)]
+        assert len(won) == 1 and won[0].status == "running"
+        assert all(isinstance(r, RunOwnedError) for r in results if not isinstance(r, Run))
+        winner = won[0].lease
+        assert winner is not None and winner.owner in {w.id for w in workers}
+        assert (await stores[1].get_run("r1")).lease == winner
+        # the queue claimant no longer holds it: a late task of the same hand-over is refused
+        with pytest.raises(RunOwnedError):
+            await stores[2].acquire_run("r1", Claimant.here(), take_from=queue.id)
+    finally:
+        for store in stores:
+            await store.close()
 
 
 async def test_stores_in_two_schemas_of_one_database_are_apart(postgres_url: str) -> None:
