@@ -163,6 +163,23 @@ class RunTables(DuckDBBase):
             raise LeaseLostError(run_id)
 
     # -- ownership -----------------------------------------------------------
+    async def stored_owners(self, run_ids: list[str]) -> dict[str, str | None]:
+        """The claimant each existing run is stored under, its lease lapsed or not.
+
+        A holder checks a late batch against it: the claimant a process sent
+        its events under must still be the one stored, as PostgreSQL checks
+        ``owner_id`` when it numbers a batch.
+        """
+
+        def body() -> dict[str, str | None]:
+            rows = self._con.execute(
+                "SELECT id, owner_id FROM runs WHERE id IN (SELECT unnest(?::VARCHAR[]))",
+                [run_ids],
+            ).fetchall()
+            return {str(r[0]): None if r[1] is None else str(r[1]) for r in rows}
+
+        return await self._call(body) if run_ids else {}
+
     async def acquire_run(
         self,
         run_id: str,

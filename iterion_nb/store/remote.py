@@ -607,10 +607,18 @@ async def _write_batch(
 async def _taken_over(store: Store, held: list[list[Any]]) -> set[str]:
     """Which of the ``[run id, claimant]`` pairs no longer hold: another owner came since.
 
-    Seen through the Store protocol, a run whose lease lapsed reads
-    ``interrupted`` whoever held it: its events are still written (the usual
-    case: its own lease lapsed and nobody took it yet).
+    A DuckDB store says whom each run is stored under, lapsed or not: a run
+    another owner took (even one that died since), or that was settled or
+    released, is not the sender's any more; a lease of the sender's own that
+    lapsed, nobody taking the run since, still is. Through another Store a run
+    whose lease lapsed reads ``interrupted`` whoever held it, and its events
+    are written.
     """
+    stored = getattr(store, "stored_owners", None)
+    if stored is not None:
+        owners: dict[str, str | None] = await stored([run_id for run_id, _ in held])
+        # a run missing here is unknown: the event's own write says so
+        return {run_id for run_id, owner in held if run_id in owners and owners[run_id] != owner}
     void = set()
     for run_id, owner in held:
         try:

@@ -344,7 +344,7 @@ async def test_a_batch_sent_for_a_run_taken_over_since_loses_its_events(tmp_path
 
     store = open_duckdb_store(tmp_path / "s.duckdb")
     try:
-        old, new = Claimant.here(ttl=0.2), Claimant.here()
+        old, new = Claimant.here(ttl=0.2), Claimant.here(ttl=0.2)
         await store.create_run(make_run(status="running"), owner=old)
         await asyncio.sleep(0.3)  # its lease lapses; nobody has taken the run yet
         event = ["r1", "late", "{}", None, None]
@@ -352,8 +352,13 @@ async def test_a_batch_sent_for_a_run_taken_over_since_loses_its_events(tmp_path
         await store.acquire_run("r1", new, statuses=("running", "interrupted"))
         await write_batch(store, [event], [], [["r1", old.id]])  # taken over: void
         await write_batch(store, [["r1", "mine", "{}", None, None]], [], [["r1", new.id]])
+        await asyncio.sleep(0.3)  # the new owner's lease lapses too (it died): a double fault
+        assert (await store.get_run("r1")).status == "interrupted"
+        await write_batch(store, [event], [], [["r1", old.id]])  # still taken over: void
+        await write_batch(store, [["r1", "mine-late", "{}", None, None]], [], [["r1", new.id]])
         await write_batch(store, [["r1", "unheld", "{}", None, None]], [])  # as before
-        assert [e.type for e in await store.events("r1")] == ["late", "mine", "unheld"]
+        types = [e.type for e in await store.events("r1")]
+        assert types == ["late", "mine", "mine-late", "unheld"]
     finally:
         await store.close()
 
