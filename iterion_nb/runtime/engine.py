@@ -188,6 +188,8 @@ class Engine:
     async def run(self, resumed: bool = False) -> RunStatus:
         """Run until the next stop; record it and return the status."""
         await self.event_for(None, None)("run_resumed" if resumed else "run_started", {})
+        if not resumed:  # a checkpoint from the start (with the event, in one batch): whoever
+            await self._save()  # takes the run over resumes it, and never starts it twice
         watchdog = asyncio.ensure_future(self._watch_duration())
         for entry in list(self.state.frontier.values()):
             self._spawn(entry)

@@ -69,6 +69,15 @@ workflow w:
   two -> done
 """
 
+SLOW_FIRST = (
+    SLOW.split("workflow")[0]
+    + """workflow w:
+  entry: slow
+  slow -> two
+  two -> done
+"""
+)
+
 ANSWER = textwrap.dedent(
     """
     import asyncio, sys
@@ -284,17 +293,20 @@ HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("first", [False, True], ids=["mid-run", "at-its-first-node"])
 async def test_a_worker_killed_with_its_nanny_mid_run_the_run_goes_on_elsewhere(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str, first: bool
 ) -> None:
+    """The run goes on from its checkpoint; at its first node, it is resumed, not started again."""
     monkeypatch.chdir(tmp_path)
     cluster = await asyncio.to_thread(CliCluster, tmp_path)
     session = Session(store, cluster=cluster.address, workdir=tmp_path)
     try:
-        run = await session.start(it.compile(SLOW))
+        run = await session.start(it.compile(SLOW_FIRST if first else SLOW))
 
-        async def slow_started() -> bool:
-            return ran(tmp_path)["slow"] == 1
+        async def slow_started() -> bool:  # ... and the worker's run_started is written
+            events = await session.store.events(run.id)
+            return ran(tmp_path)["slow"] == 1 and any(e.type == "run_started" for e in events)
 
         await until(slow_started)
         (victim,) = pids(tmp_path, "slow")  # the worker executing the run ...
@@ -312,8 +324,11 @@ async def test_a_worker_killed_with_its_nanny_mid_run_the_run_goes_on_elsewhere(
         assert time.monotonic() - killed < 30
         assert await run.wait(60) == "finished", run.error
         counts = ran(tmp_path)
-        assert counts == Counter({"one": 1, "slow": 2, "two": 1})  # only the one in flight again
+        # only the node in flight ran again
+        assert counts == Counter({"one": 0 if first else 1, "slow": 2, "two": 1})
         assert victim not in pids(tmp_path, "two")
+        types = [e.type for e in await session.store.events(run.id)]
+        assert types.count("run_started") == 1 and "run_resumed" in types, types
     finally:
         await session.close()
         await asyncio.to_thread(cluster.close)
