@@ -298,10 +298,27 @@ class Session:
             state.frontier["b0"] = Frontier("b0", wf.entry, {})
         state.pending_interaction = None
         state.waiting_on = []
-        # a run queued for a cluster, taken from its queue before any progress, starts here
-        begun = take_from is None or run.checkpoint is not None
+        begun = await self._begun(run_id, run, record, take_from)
         self._launch(wf, run_id, state, run.launch, resumed=begun, scenario=scenario)
         return RunHandle(self, run_id)
+
+    async def _begun(
+        self, run_id: str, run: RunRecord, record: RunRecord, take_from: str | None
+    ) -> bool:
+        """Whether the run taken here already started (so it resumes, not starts, here).
+
+        A run queued for a cluster and taken from its queue starts here unless it
+        has a checkpoint, with one exception: the log of ``run_started`` may commit
+        before the start checkpoint, so a worker killed between the two leaves a
+        run with no checkpoint that did start. Such a run was no longer the
+        queue's when it was read here (the dead worker held it), so only then is
+        the log looked at: a run still held by its queue was never executed.
+        """
+        if take_from is None or run.checkpoint is not None:
+            return True
+        if record.lease is not None and record.lease.owner == take_from:
+            return False
+        return bool(await self.store.events(run_id, limit=1))
 
     def _workflow_for(
         self, run: RunRecord, workflow: m.Workflow | str | None, force: bool

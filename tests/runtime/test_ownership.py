@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 import iterion_nb as it
 from iterion_nb.errors import ResumeError, RunOwnedError
+from iterion_nb.runtime.ownership import Claimant, this_host
+from iterion_nb.runtime.records import Run, utcnow
 from iterion_nb.session import Session
-from iterion_nb.store import open_duckdb_store
+from iterion_nb.store import MemoryStore, open_duckdb_store
 
 TOOLS = """\
 tool one:
@@ -258,3 +263,63 @@ async def test_sessions_of_one_process_share_one_server(tmp_path: Path) -> None:
     finally:
         await first.close()
         await second.close()
+
+
+def dead_claimant() -> Claimant:
+    """A claimant of this host whose process has exited (its lease is void at once)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return Claimant(uuid.uuid4().hex, proc.pid, this_host(), 60)
+
+
+@pytest.mark.parametrize("kind", ["memory", "duckdb"])
+async def test_a_queued_run_whose_worker_died_before_its_first_checkpoint_is_resumed(
+    kind: str, db: Path, tmp_path: Path
+) -> None:
+    """``run_started`` may commit before the start checkpoint; a worker killed between
+    the two leaves a run that started: Dask's retry of the task resumes it, once."""
+    store = MemoryStore() if kind == "memory" else open_duckdb_store(db)
+    wf = it.compile(TOOLS.format(seconds=0))
+    now = utcnow()
+    record = Run(
+        id="r1", workflow=wf.name, source_hash=wf.source_hash, status="running",
+        created_at=now, updated_at=now, source=TOOLS.format(seconds=0), vars={},
+    )  # fmt: skip
+    queue = Claimant.here(60)
+    await store.create_run(record, owner=queue)
+    worker = dead_claimant()  # took the run from its queue, logged run_started, was killed
+    await store.acquire_run("r1", worker, take_from=queue.id)
+    await store.append_event("r1", "run_started", {"workflow": "w"})
+    await store.flush()
+    assert (await store.get_run("r1")).checkpoint is None
+
+    retry = Session(store, workdir=tmp_path, serve=False)  # the same task, run again
+    try:
+        status = await retry.execute_queued(await store.get_run("r1"), queue.id)
+    finally:
+        await retry.close()
+    assert status == "finished"
+    types = [e.type for e in await store.events("r1")]
+    assert types.count("run_started") == 1 and "run_resumed" in types, types
+    assert ran(tmp_path) == ["one", "slow", "two"]
+
+
+async def test_a_queued_run_still_held_by_its_queue_starts(tmp_path: Path) -> None:
+    """The common case: the worker's task takes the run from its queue and starts it."""
+    store = MemoryStore()
+    wf = it.compile(TOOLS.format(seconds=0))
+    now = utcnow()
+    record = Run(
+        id="r1", workflow=wf.name, source_hash=wf.source_hash, status="running",
+        created_at=now, updated_at=now, source=TOOLS.format(seconds=0), vars={},
+    )  # fmt: skip
+    queue = Claimant.here(60)
+    await store.create_run(record, owner=queue)
+    worker = Session(store, workdir=tmp_path, serve=False)
+    try:
+        assert await worker.execute_queued(await store.get_run("r1"), queue.id) == "finished"
+    finally:
+        await worker.close()
+    types = [e.type for e in await store.events("r1")]
+    assert types.count("run_started") == 1 and "run_resumed" not in types, types
+
