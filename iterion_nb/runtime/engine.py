@@ -191,8 +191,8 @@ class Engine:
         if not resumed:  # a checkpoint from the start (with the event, in one batch): whoever
             await self._save()  # takes the run over resumes it, and never starts it twice
         watchdog = asyncio.ensure_future(self._watch_duration())
-        for entry in list(self.state.frontier.values()):
-            self._spawn(entry)
+        for entry in list(self.state.frontier.values()) if self.outcome is None else []:
+            self._spawn(entry)  # (a run stopped before it runs spawns no branch)
         if self._active == 0:
             self._settled.set()
         try:

@@ -138,6 +138,17 @@ def check_acquire(
     return held.since if held is not None and not handed else None
 
 
+def keeps_cancel(stored: Run, take_from: str | None) -> bool:
+    """Whether a take of ``stored`` (as stored, lease and all) keeps its cancel request.
+
+    Taking a run clears a cancel request (a resume starts afresh), except on a
+    hand-over from ``take_from``: a cancel asked while a run waits in a cluster's
+    queue reaches the worker that takes it.
+    """
+    held = stored.lease
+    return stored.cancel_requested and held is not None and held.owner == take_from
+
+
 def check_import(current: Run | None, now: datetime) -> None:
     """Refuse to replace a run that a live owner executes (or keeps parked) in the target.
 

@@ -300,6 +300,8 @@ class Session:
         state.waiting_on = []
         begun = await self._begun(run_id, run, record, take_from)
         self._launch(wf, run_id, state, run.launch, resumed=begun, scenario=scenario)
+        if run.cancel_requested:  # asked while the run waited in a cluster's queue
+            self._engines[run_id].stop(Outcome("cancelled"))
         return RunHandle(self, run_id)
 
     async def _begun(

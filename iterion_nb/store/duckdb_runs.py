@@ -22,6 +22,7 @@ from iterion_nb.runtime.ownership import (
     Claimant,
     check_acquire,
     effective_status,
+    keeps_cancel,
     settled_already,
 )
 from iterion_nb.runtime.ports import UNSET
@@ -190,13 +191,13 @@ class RunTables(DuckDBBase):
     ) -> Run:
         def body() -> Run:
             now = self._clock()
-            run = effective_status(self._stored_run(run_id), now)
-            since = check_acquire(run, owner, statuses, take_from)
+            stored = self._stored_run(run_id)
+            since = check_acquire(effective_status(stored, now), owner, statuses, take_from)
             lease = owner.lease(now, since)
             self._con.execute(
-                f"UPDATE runs SET status = 'running', error = NULL, cancel_requested = false,"
+                f"UPDATE runs SET status = 'running', error = NULL, cancel_requested = ?,"
                 f" updated_at = ?, {_SET_LEASE} WHERE id = ?",
-                [to_db(now), *lease_params(lease), run_id],
+                [keeps_cancel(stored, take_from), to_db(now), *lease_params(lease), run_id],
             )
             return self._fetch_run(run_id)
 

@@ -26,6 +26,7 @@ from iterion_nb.runtime.ownership import (
     check_acquire,
     check_import,
     effective_status,
+    keeps_cancel,
     settled_already,
 )
 from iterion_nb.runtime.ports import UNSET
@@ -168,12 +169,12 @@ class MemoryStore:
     ) -> Run:
         with self._lock:
             now = self._clock()
-            run = effective_status(self._run(run_id), now)
-            since = check_acquire(run, owner, statuses, take_from)
+            stored = self._run(run_id)
+            since = check_acquire(effective_status(stored, now), owner, statuses, take_from)
             lease = owner.lease(now, since)
             taken = replace(
-                self._runs[run_id], status="running", error=None, cancel_requested=False,
-                updated_at=now, lease=lease,
+                self._runs[run_id], status="running", error=None, updated_at=now, lease=lease,
+                cancel_requested=keeps_cancel(stored, take_from),
             )  # fmt: skip
             self._runs[run_id] = taken
             return self._seen(taken)

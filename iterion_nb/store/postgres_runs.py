@@ -19,6 +19,7 @@ from iterion_nb.runtime.ownership import (
     Claimant,
     check_acquire,
     effective_status,
+    keeps_cancel,
     settled_already,
 )
 from iterion_nb.runtime.ports import UNSET
@@ -268,18 +269,24 @@ class PgRuns(PgBase):
             since = check_acquire(effective_status(run, now), owner, statuses, take_from)
             lease = owner.lease(now, since)
             cur = await conn.execute(
-                f"UPDATE runs SET status = 'running', error = NULL, cancel_requested = false,"
+                f"UPDATE runs SET status = 'running', error = NULL, cancel_requested = %s,"
                 f" updated_at = %s, {_SET_LEASE} WHERE id = %s RETURNING {RUN_COLUMNS}",
-                [now, *lease_params(lease), run_id],
+                [keeps_cancel(run, take_from), now, *lease_params(lease), run_id],
             )
             row = await cur.fetchone()
             assert row is not None  # locked above
             return effective_status(run_from_row(row), now)
 
         async def handed_over(conn: Conn) -> Run | None:
-            """A hand-over from a live ``take_from`` in one statement (a cluster task's start)."""
+            """A hand-over from a live ``take_from`` in one statement (a cluster task's start).
+
+            It keeps a cancel request (asked while the run was queued). It does not
+            ask whether the holder's process still runs (a same-host holder that
+            exited): taken from such a holder, the run would be ``interrupted`` and
+            taken all the same, so it is only used when ``statuses`` allow that.
+            """
             cur = await conn.execute(
-                "UPDATE runs SET status = 'running', error = NULL, cancel_requested = false,"
+                "UPDATE runs SET status = 'running', error = NULL,"
                 " updated_at = now(), owner_id = %s, owner_pid = %s, owner_host = %s,"
                 " owner_since = now(), lease_expires_at = now() + %s * interval '1 second'"
                 " WHERE id = %s AND owner_id = %s AND lease_expires_at > now()"
@@ -293,7 +300,7 @@ class PgRuns(PgBase):
             return effective_status(run_from_row(row[:-1]), row[-1].astimezone(UTC))
 
         async def take() -> Run:
-            if take_from is not None and self._clock is None:
+            if take_from is not None and self._clock is None and "interrupted" in statuses:
                 await self._flushed(True)
                 handed = await self._read(handed_over)
                 if handed is not None:

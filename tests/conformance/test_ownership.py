@@ -210,6 +210,20 @@ async def test_a_run_is_handed_over_to_the_claimant_it_was_queued_for(store: Sto
         await store.acquire_run("r1", stranger, take_from=queue.id)
 
 
+async def test_a_cancel_asked_while_a_run_is_queued_reaches_its_worker(store: Store) -> None:
+    queue, worker = owner(ttl=60), owner()
+    await store.create_run(make_run("q", status="running"), owner=queue)
+    assert (await store.cancel_run("q")).cancel_requested  # nothing executes it yet
+    taken = await store.acquire_run("q", worker, take_from=queue.id)
+    assert taken.cancel_requested and taken.lease is not None
+    assert (await store.renew_leases(worker, ["q"])).cancel == ("q",)
+    # a resume afterwards starts afresh: taking a run otherwise clears the request
+    await store.settle_run(
+        "q", worker.id, status="cancelled", error=None, checkpoint={}, event=("run_cancelled", {})
+    )
+    assert not (await store.acquire_run("q", worker)).cancel_requested
+
+
 async def test_a_run_copies_whole_and_a_second_copy_changes_nothing(store: Store) -> None:
     from iterion_nb.store import MemoryStore
 

@@ -323,3 +323,34 @@ async def test_a_queued_run_still_held_by_its_queue_starts(tmp_path: Path) -> No
     types = [e.type for e in await store.events("r1")]
     assert types.count("run_started") == 1 and "run_resumed" not in types, types
 
+
+async def test_a_run_cancelled_while_queued_is_cancelled_by_its_worker_untouched(
+    tmp_path: Path,
+) -> None:
+    """Cancel asked before a worker took the run: the worker ends it, no node runs."""
+    store = MemoryStore()
+    wf = it.compile(TOOLS.format(seconds=0))
+    now = utcnow()
+    record = Run(
+        id="r1", workflow=wf.name, source_hash=wf.source_hash, status="running",
+        created_at=now, updated_at=now, source=TOOLS.format(seconds=0), vars={},
+    )  # fmt: skip
+    queue = Claimant.here(60)
+    await store.create_run(record, owner=queue)
+    await store.cancel_run("r1")
+    worker = Session(store, workdir=tmp_path, serve=False)
+    try:
+        assert await worker.execute_queued(await store.get_run("r1"), queue.id) == "cancelled"
+    finally:
+        await worker.close()
+    assert ran(tmp_path) == []
+    run = await store.get_run("r1")
+    assert (run.status, run.cancel_requested, run.lease) == ("cancelled", False, None)
+    assert [e.type for e in await store.events("r1")][-1] == "run_cancelled"
+    # and it can be resumed like any cancelled run: from its start
+    other = Session(store, workdir=tmp_path, serve=False)
+    try:
+        assert await (await other.resume("r1")).wait(30) == "finished"
+    finally:
+        await other.close()
+    assert ran(tmp_path) == ["one", "slow", "two"]
