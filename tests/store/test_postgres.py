@@ -15,7 +15,7 @@ import textwrap
 import time
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -235,8 +235,28 @@ async def test_reopening_keeps_everything(url: str) -> None:
         await again.close()
 
 
-async def test_a_run_created_with_an_owner_is_leased_from_the_servers_clock(url: str) -> None:
-    """One statement creates the run and its lease: it starts at the server's now()."""
+class AnHourAhead(datetime):
+    """This machine's clock, set an hour fast (the server's stays right)."""
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> AnHourAhead:
+        real = datetime.now(tz) + timedelta(hours=1)
+        return cls.fromtimestamp(real.timestamp(), tz)
+
+
+async def test_a_run_created_with_an_owner_is_leased_from_the_servers_clock(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One statement creates the run and its lease: it starts at the server's now(),
+    whatever this machine's clock says (leases of many machines are compared)."""
+    import iterion_nb.runtime.records as records
+    import iterion_nb.store.postgres_base as base
+    import iterion_nb.store.postgres_runs as runs
+    import iterion_nb.store.postgres_store as pg
+
+    for module in (base, runs, pg):
+        monkeypatch.setattr(module, "datetime", AnHourAhead)
+    monkeypatch.setattr(records, "utcnow", lambda: AnHourAhead.now(UTC))
     store = open_postgres_store(url)
     try:
         owner = Claimant.here(ttl=7.5)
@@ -275,6 +295,23 @@ async def test_a_queued_run_is_handed_over_to_exactly_one_of_racing_workers(url:
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_cancel_asked_while_queued_survives_the_one_statement_hand_over(
+    url: str,
+) -> None:
+    """The hand-over on the server's clock (a cluster task's start) keeps a cancel request."""
+    store = open_postgres_store(url)
+    try:
+        queue, worker = Claimant.here(ttl=60), Claimant.here()
+        await store.create_run(replace(a_run(), status="running"), owner=queue)
+        await store.cancel_run("r1")
+        taken = await store.acquire_run("r1", worker, take_from=queue.id)
+        assert taken.cancel_requested and taken.lease is not None
+        assert taken.lease.owner == worker.id
+        assert (await store.renew_leases(worker, ["r1"])).cancel == ("r1",)
+    finally:
+        await store.close()
 
 
 async def test_stores_in_two_schemas_of_one_database_are_apart(postgres_url: str) -> None:
