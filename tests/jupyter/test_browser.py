@@ -289,7 +289,10 @@ def open_notebook(page: Any, lab: dict[str, Any], path: str) -> None:
                 return
         except Exception:  # playwright's TimeoutError: retried below, reported at the end
             pass
-        state = page.evaluate(KERNEL_STATE)
+        try:  # the page itself may be gone (a crashed renderer): say so, not a traceback
+            state = page.evaluate(KERNEL_STATE)
+        except Exception as err:
+            state = f"the page does not answer ({type(err).__name__}: {err})"
         if attempt == 2:
             raise AssertionError(f"the notebook's kernel never became ready: {state}")
         accept = page.locator(".jp-Dialog .jp-mod-accept")
@@ -347,17 +350,24 @@ def run_all(page: Any) -> None:
             timeout=120_000,
         )
     except Exception as err:
-        cells = page.evaluate(
+
+        def look(script: str) -> Any:  # a diagnostic that fails must not hide the failure
+            try:
+                return page.evaluate(script)
+            except Exception as why:
+                return f"<unknown: {type(why).__name__}>"
+
+        cells = look(
             f"""() => [...document.querySelectorAll('{NOTEBOOK} .jp-CodeCell')].map((c) => [
                 c.querySelector('.jp-InputPrompt').textContent.trim(),
                 c.querySelector('.jp-InputArea-editor').textContent.slice(0, 60),
                 (c.querySelector('.jp-OutputArea') || {{textContent: ''}}).textContent.slice(-200),
             ])"""
         )
-        kernel = page.evaluate(
+        kernel = look(
             "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
         )
-        answers = page.evaluate(KERNEL_ROUND_TRIP)  # is the kernel's shell channel still served?
+        answers = look(KERNEL_ROUND_TRIP)  # is the kernel's shell channel still served?
         raise AssertionError(
             f"Run All did not finish (kernel {kernel}, answers a silent execution: {answers}):"
             f" {cells}"

@@ -117,7 +117,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     tab = browser.new_page(viewport={"width": 1400, "height": 950})
     errors: list[str] = []
-    tab.on("pageerror", lambda err: errors.append(f"{err}\n{err.stack}"))  # says where
+    tab.on("pageerror", lambda err: errors.append(err.stack or str(err)))  # says where
     yield tab
     ARTIFACTS.mkdir(exist_ok=True)
     tab.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
