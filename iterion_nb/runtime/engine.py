@@ -412,6 +412,7 @@ class Engine:
         await emit("node_finished", {"kind": node.kind, "output": output})
         publish = getattr(node, "publish", None)
         if publish:
+            await self._check_lease()  # a process that froze during the node publishes nothing
             artifact = await self.store.put_artifact(self.run_id, node.name, publish, output)
             state.artifacts[publish] = {"version": artifact.version, "value": output}
             await emit("artifact_written", {"name": publish, "version": artifact.version})

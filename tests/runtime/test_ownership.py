@@ -200,6 +200,33 @@ async def test_a_session_that_lost_its_lease_stops_and_writes_nothing(
     assert runs.count("slow") == 2  # in flight when the lease lapsed: redone by the taker
 
 
+async def test_an_owner_that_froze_during_a_node_publishes_nothing(
+    db: Path, tmp_path: Path
+) -> None:
+    """Its node's output is not published: the run's artifact has the taker's version only."""
+    source = TOOLS.format(seconds=1.5).replace(
+        'command: "echo slow >> ran.txt; sleep 1.5"',
+        'command: "echo slow >> ran.txt; sleep 1.5; echo $$"\n  publish: report',
+    )
+    store = open_duckdb_store(db)
+    owner = Session(store, workdir=tmp_path, lease_seconds=0.6)
+    taker = Session(store, workdir=tmp_path)
+    try:
+        run_id = await started(owner, source, "slow")
+        await owner.leases.stop()  # as if its process froze: the lease lapses
+        await asyncio.sleep(0.8)
+        taken = await taker.resume(run_id)
+        assert await owner._tasks[run_id] == "interrupted"  # its slow node ended meanwhile
+        assert await taken.wait(15) == "finished"
+        versions = [a for a in await store.list_artifacts(run_id) if a.name == "report"]
+        assert len(versions) == 1, versions
+        assert versions[0].version == 1
+    finally:
+        await owner.close()
+        await taker.close()
+        await store.close()
+
+
 async def test_cancel_from_another_session_stops_the_owner(db: Path, tmp_path: Path) -> None:
     store = open_duckdb_store(db)
     owner = Session(store, workdir=tmp_path, lease_seconds=1.0)
