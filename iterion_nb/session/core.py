@@ -309,18 +309,20 @@ class Session:
     ) -> bool:
         """Whether the run taken here already started (so it resumes, not starts, here).
 
-        A run queued for a cluster and taken from its queue starts here unless it
-        has a checkpoint, with one exception: the log of ``run_started`` may commit
-        before the start checkpoint, so a worker killed between the two leaves a
-        run with no checkpoint that did start. Such a run was no longer the
-        queue's when it was read here (the dead worker held it), so only then is
-        the log looked at: a run still held by its queue was never executed.
+        A run with a checkpoint did. One without did only if its log says so:
+        ``run_started`` may commit a moment before the start checkpoint (a read
+        of events writes rows only), and an owner killed in that moment leaves a
+        started run with no checkpoint; one killed before its first batch leaves
+        neither, and starts afresh (as does one cancelled before it ever ran).
+        The log is read only then, and never for a run a worker takes from its
+        queue while the queue still held it (the common case: never executed).
         """
-        if take_from is None or run.checkpoint is not None:
+        if run.checkpoint is not None:
             return True
-        if record.lease is not None and record.lease.owner == take_from:
+        if take_from is not None and record.lease is not None and record.lease.owner == take_from:
             return False
-        return bool(await self.store.events(run_id, limit=1))
+        first = await self.store.events(run_id, limit=1)  # a started run's is run_started
+        return bool(first) and first[0].type == "run_started"
 
     def _workflow_for(
         self, run: RunRecord, workflow: m.Workflow | str | None, force: bool

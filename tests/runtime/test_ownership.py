@@ -331,6 +331,34 @@ async def test_a_queued_run_whose_worker_died_before_its_first_checkpoint_is_res
     assert ran(tmp_path) == ["one", "slow", "two"]
 
 
+@pytest.mark.parametrize("logged", [False, True], ids=["before-its-first-batch", "after"])
+async def test_a_run_whose_owner_died_before_its_first_checkpoint_starts_or_resumes_once(
+    logged: bool, tmp_path: Path
+) -> None:
+    """Resumed by anyone (a cluster's watcher, a notebook): one ``run_started`` either way."""
+    store = MemoryStore()
+    wf = it.compile(TOOLS.format(seconds=0))
+    now = utcnow()
+    record = Run(
+        id="r1", workflow=wf.name, source_hash=wf.source_hash, status="running",
+        created_at=now, updated_at=now, source=TOOLS.format(seconds=0), vars={},
+    )  # fmt: skip
+    await store.create_run(record, owner=dead_claimant())
+    if logged:  # its run_started was written, its start checkpoint not yet
+        await store.append_event("r1", "run_started", {"workflow": "w"})
+        await store.flush()
+    assert (await store.get_run("r1")).status == "interrupted"
+    session = Session(store, workdir=tmp_path, serve=False)
+    try:
+        assert await (await session.resume("r1")).wait(30) == "finished"
+    finally:
+        await session.close()
+    types = [e.type for e in await store.events("r1")]
+    assert types[0] == "run_started" and types.count("run_started") == 1, types
+    assert ("run_resumed" in types) == logged, types
+    assert ran(tmp_path) == ["one", "slow", "two"]
+
+
 async def test_a_queued_run_still_held_by_its_queue_starts(tmp_path: Path) -> None:
     """The common case: the worker's task takes the run from its queue and starts it."""
     store = MemoryStore()
