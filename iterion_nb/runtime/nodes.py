@@ -28,7 +28,7 @@ from iterion_nb.ir import model as m
 from iterion_nb.ir.cursors import calibration
 from iterion_nb.ir.evaluate import ExpressionError, evaluate
 from iterion_nb.ir.templates import RefPart, Template
-from iterion_nb.runtime import lifecycle, replay
+from iterion_nb.runtime import lifecycle, reaper, replay
 from iterion_nb.runtime.doorbell import node_key
 from iterion_nb.runtime.ports import Backend, BackendRequest, BackendResult, Store
 from iterion_nb.runtime.project_mcp import ProjectMcpError, agent_servers
@@ -582,6 +582,7 @@ async def _run_shell(
         cwd=cwd,
         start_new_session=True,
     )
+    reaper.watch(proc.pid)  # killed with this process, should it die first
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
     except (TimeoutError, asyncio.CancelledError):
@@ -589,4 +590,6 @@ async def _run_shell(
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
         raise
+    finally:
+        reaper.unwatch(proc.pid)
     return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")

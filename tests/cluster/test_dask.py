@@ -57,7 +57,7 @@ tool one:
   command: "echo one-$PPID >> ran.txt"
 
 tool slow:
-  command: "echo slow-$PPID >> ran.txt; while [ ! -f go ]; do sleep 0.05; done"
+  command: "echo slow-$PPID-$$ >> ran.txt; while [ ! -f go ]; do sleep 0.05; done"
 
 tool two:
   command: "echo two-$PPID >> ran.txt"
@@ -315,6 +315,16 @@ async def test_a_worker_killed_with_its_nanny_mid_run_the_run_goes_on_elsewhere(
         os.kill(nanny, signal.SIGKILL)  # ... dies with its nanny: nobody restarts it
         os.kill(victim, signal.SIGKILL)
         killed = time.monotonic()
+        (shell,) = {
+            int(line.split("-")[2]) for line in (tmp_path / "ran.txt").read_text().split()
+            if line.startswith("slow-")
+        }  # fmt: skip
+
+        async def orphan_gone() -> bool:  # the tool dies with its worker (it would loop on)
+            stat = Path(f"/proc/{shell}/stat")
+            return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+        await until(orphan_gone, timeout=10)
         (tmp_path / "go").touch()
 
         async def elsewhere() -> bool:
