@@ -10,6 +10,7 @@ from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime.engine import Engine, Outcome
 from iterion_nb.runtime.records import Event, Interaction, Run, RunStatus
+from iterion_nb.session.cluster import EXECUTOR
 
 if TYPE_CHECKING:
     from iterion_nb.session.core import Session
@@ -68,7 +69,9 @@ class RunHandle:
     async def wait(self, timeout: float | None = None) -> RunStatus:
         """Wait until the run settles (finished, failed, paused, cancelled or interrupted).
 
-        A run executing in another process is followed through the store.
+        A run executing in another process is followed through the store. A
+        cluster run that reads ``interrupted`` (its worker died, the store was
+        away) is followed on: the cluster takes it back.
         """
         task = self.session._tasks.get(self.id)
         if task is not None:
@@ -81,7 +84,10 @@ class RunHandle:
         while True:
             with bell.arm(self.id) as ticket:
                 record = await self.refresh()
-                if record.status != "running":
+                # a cluster run nobody executes for a moment (its worker died, the store
+                # was away) is taken back by the cluster: it has not settled
+                cluster = record.launch.get("executor") == EXECUTOR
+                if record.status != "running" and not (cluster and record.status == "interrupted"):
                     return record.status
                 task = self.session._tasks.get(self.id)
                 if task is not None:  # resumed here meanwhile

@@ -13,15 +13,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from typing import Any
 
 import distributed
 
 from iterion_nb.errors import IterionError
 from iterion_nb.runtime.answers import ready_to_resume
+from iterion_nb.runtime.ownership import DEFAULT_TTL
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction, Run
 from iterion_nb.session.cluster import EXECUTOR, SCAN_INTERVAL, log, submit_resume, worker_store
+
+#: Seconds after the store came back from an outage before interrupted runs are taken:
+#: every lease lapsed while it was away, and owners still alive renew theirs first.
+TAKEOVER_GRACE = DEFAULT_TTL
+
+
+def settling(store: Store) -> bool:
+    """Whether the store came back from an outage less than :data:`TAKEOVER_GRACE` ago."""
+    back = getattr(store, "back_at", None)
+    return back is not None and time.monotonic() - back < TAKEOVER_GRACE
 
 
 class RunWatcher(distributed.WorkerPlugin):
@@ -141,6 +153,8 @@ class RunWatcher(distributed.WorkerPlugin):
             return
         if run.status not in ("interrupted", "paused_waiting_human"):
             return
+        if run.status == "interrupted" and settling(store):
+            return  # its owner may be alive and about to renew: a later scan looks again
         await submit_resume(client, self.store_spec, run)
 
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import logging
 import select
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -69,6 +71,31 @@ _WRITE_CHECKPOINTS = (
 _LOCK_RUNS = "SELECT id FROM runs WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE"
 #: Errors that mean the server or the connection went away (a batch is kept and retried).
 CONNECTION_ERRORS = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
+#: Seconds a call waits for a server that went away (a restart) before it fails.
+OUTAGE_TIMEOUT = 300.0
+
+#: Seconds a call waits for a pooled connection at most (the pool is busy, or the server away).
+CONNECTION_WAIT = 30.0
+
+
+class _Attempt:
+    """One try of a store call: until when it may wait, and whether a write may have landed."""
+
+    __slots__ = ("deadline", "unsure")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.unsure = False
+
+
+_attempt: contextvars.ContextVar[_Attempt] = contextvars.ContextVar("iterion_nb_pg_attempt")
+
+
+def _unsure() -> None:
+    """From here, a lost connection leaves this attempt's write undecided: not retried."""
+    attempt = _attempt.get(None)
+    if attempt is not None:
+        attempt.unsure = True
 
 
 async def check_lent(conn: Conn) -> None:
@@ -184,6 +211,12 @@ class PgBase:
         #: Server time minus this machine's, so event times agree across machines.
         self._skew = timedelta(0)
         self.closed = False
+        self._closing = False
+        #: Seconds a call waits for the server to come back (see :meth:`_guarded`).
+        self.outage_timeout = OUTAGE_TIMEOUT
+        #: When (``time.monotonic()``) the server last came back after it was away, if
+        #: ever: leases lapsed meanwhile, and their live owners renew them first.
+        self.back_at: float | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.display_url}>"
@@ -195,11 +228,36 @@ class PgBase:
     def _failure(self, err: BaseException) -> StoreError:
         return StoreError(self._scrub(f"the run store {self.display_url} failed: {err}"))
 
-    async def _guarded(self, work: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await work()
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as err:
-            raise self._failure(err) from None
+    async def _guarded(self, work: Callable[[], Awaitable[T]], *, wait: bool = True) -> T:
+        """``work()``, its errors as StoreError; through an outage, ``work()`` again.
+
+        When the server goes away (a restart) the call waits and tries again,
+        up to ``outage_timeout`` seconds, so runs wait and go on: a connection
+        lost before anything could commit leaves nothing behind. A connection
+        lost while a write may have committed (its COMMIT, or an autocommit
+        write) is not retried: that StoreError says what happened.
+        """
+        loop = asyncio.get_running_loop()
+        delay, deadline = 0.05, loop.time() + (self.outage_timeout if wait else CONNECTION_WAIT)
+        while True:
+            attempt = _Attempt(deadline)
+            token = _attempt.set(attempt)
+            try:
+                result = await work()
+                if delay > 0.05:  # it failed before: the server is back
+                    self.back_at = time.monotonic()
+                return result
+            except CONNECTION_ERRORS as err:
+                if not wait or attempt.unsure or self._closing or loop.time() >= deadline:
+                    raise self._failure(err) from None
+                if delay == 0.05:
+                    log.warning("%s", self._scrub(f"{self.display_url} is away, waiting: {err}"))
+            except psycopg.Error as err:
+                raise self._failure(err) from None
+            finally:
+                _attempt.reset(token)
+            await asyncio.sleep(delay)
+            delay = min(2.0, delay * 2)
 
     async def _call(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work()`` on the store's loop and await it from any loop.
@@ -216,9 +274,23 @@ class PgBase:
         assert self._pool is not None, "the store is not open"
         return self._pool
 
-    async def _read(self, body: Callable[[Conn], Awaitable[T]]) -> T:
-        """On the loop: ``body`` on a pooled connection, outside any transaction."""
-        async with self._pooled().connection() as conn:
+    def _connection(self) -> contextlib.AbstractAsyncContextManager[Conn]:
+        """A pooled connection, waited for no longer than this call may wait."""
+        attempt = _attempt.get(None)
+        wait = CONNECTION_WAIT
+        if attempt is not None:
+            wait = min(wait, max(0.1, attempt.deadline - asyncio.get_running_loop().time()))
+        return self._pooled().connection(timeout=wait)
+
+    async def _read(self, body: Callable[[Conn], Awaitable[T]], *, writes: bool = False) -> T:
+        """On the loop: ``body`` on a pooled connection, outside any transaction.
+
+        ``writes``: its statement commits on its own (autocommit), so a connection
+        lost once it was sent leaves it undecided (see :meth:`_guarded`).
+        """
+        async with self._connection() as conn:
+            if writes:
+                _unsure()
             return await body(conn)
 
     async def _transact(
@@ -233,8 +305,10 @@ class PgBase:
             await self._flushed(checkpoints)
         for attempt in range(3):
             try:
-                async with self._pooled().connection() as conn, conn.transaction():
-                    return await body(conn)
+                async with self._connection() as conn, conn.transaction():
+                    result = await body(conn)
+                    _unsure()  # committing now
+                    return result
             except psycopg.errors.DeadlockDetected:
                 if attempt == 2:
                     raise
@@ -295,7 +369,7 @@ class PgBase:
             return
         written = False
         try:
-            async with self._pooled().connection() as conn:
+            async with self._connection() as conn:
                 async with conn.transaction():
                     await self._write_batch(conn, rows, due)
                 written = True

@@ -149,7 +149,7 @@ class PgRuns(PgBase):
             now = self._clock() if self._clock is not None else row[-1].astimezone(UTC)
             return effective_status(run_from_row(row[:-1]), now)
 
-        created = await self._call(lambda: self._read(body))
+        created = await self._call(lambda: self._read(body, writes=True))
         self._known_runs.add(run.id)
         if owner is not None:
             self._held[run.id] = owner.id
@@ -302,7 +302,7 @@ class PgRuns(PgBase):
         async def take() -> Run:
             if take_from is not None and self._clock is None and "interrupted" in statuses:
                 await self._flushed(True)
-                handed = await self._read(handed_over)
+                handed = await self._read(handed_over, writes=True)
                 if handed is not None:
                     return handed
             # anything else (a lapsed or dead holder, an owner re-taking its parked run,

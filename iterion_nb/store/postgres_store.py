@@ -54,7 +54,7 @@ from iterion_nb.store.duckdb_rows import (
     interaction_from_row,
     message_from_row,
 )
-from iterion_nb.store.postgres_base import Conn, check_lent, check_text
+from iterion_nb.store.postgres_base import OUTAGE_TIMEOUT, Conn, check_lent, check_text
 from iterion_nb.store.postgres_listener import Listener
 from iterion_nb.store.postgres_questions import PgQuestions
 from iterion_nb.store.postgres_runs import INTERACTION_VALUES, interaction_params
@@ -117,7 +117,6 @@ class PostgresStore(PgQuestions):
         super().__init__(url, schema, doorbell, clock, new_id, flush_rows, flush_interval)
         self._conninfo = conninfo
         self._listener = Listener(self._channel, doorbell, self._listen_again)
-        self._closing = False
 
     # -- opening -----------------------------------------------------------
     async def _configure(self, conn: Conn) -> None:
@@ -168,6 +167,7 @@ class PostgresStore(PgQuestions):
         conn = await psycopg.AsyncConnection.connect(
             self._conninfo, **_connect_options(self._conninfo)
         )
+        self.back_at = time.monotonic()  # (a server restart cut the listener too)
         await self._configure(conn)
         return conn
 
@@ -425,7 +425,7 @@ class PostgresStore(PgQuestions):
 
         async def work() -> list[QueuedMessage]:
             await self._flushed(checkpoints=False)
-            return await self._read(body)
+            return await self._read(body, writes=True)  # a repeat says what it took
 
         return await self._call(work)
 
@@ -470,6 +470,7 @@ def open_postgres_store(
     flush_rows: int = 2000,
     flush_interval: float = 0.05,
     pool_size: int = POOL_SIZE,
+    outage_timeout: float = OUTAGE_TIMEOUT,
 ) -> PostgresStore:
     """Open the PostgreSQL store a URL names, creating or migrating its schema.
 
@@ -485,6 +486,8 @@ def open_postgres_store(
         flush_rows: Events written in one transaction once this many wait.
         flush_interval: Seconds the oldest event (or progress checkpoint) waits at most.
         pool_size: Connections kept at most (the LISTEN connection aside).
+        outage_timeout: Seconds a call waits for a server that went away (a
+            restart) and tries again before it fails; opening does not wait.
 
     Raises:
         StoreError: The server cannot be reached, or the URL is malformed
@@ -496,8 +499,10 @@ def open_postgres_store(
     store = PostgresStore(
         url, conninfo, schema, doorbell or Doorbell(), clock, new_id, flush_rows, flush_interval
     )
+    store.outage_timeout = outage_timeout
     try:
-        store._thread.submit(store._guarded(lambda: store._open(conninfo, pool_size))).result()
+        opening = store._guarded(lambda: store._open(conninfo, pool_size), wait=False)
+        store._thread.submit(opening).result()
     except BaseException:
         store._thread.stop()
         raise

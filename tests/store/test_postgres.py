@@ -412,6 +412,84 @@ async def test_events_written_during_an_outage_are_kept_and_written_after() -> N
         server.stop()
 
 
+RESTARTED = """\
+tool one:
+  command: "echo one >> ran.txt"
+
+tool slow:
+  command: "echo slow >> ran.txt; while [ ! -f go ]; do sleep 0.05; done"
+
+tool two:
+  command: "echo two >> ran.txt"
+
+workflow w:
+  entry: one
+  one -> slow
+  slow -> two
+  two -> done
+"""
+
+
+async def test_a_run_waits_through_a_server_restart_and_goes_on(tmp_path: Path) -> None:
+    """The server stops mid-node and comes back: the run waits, goes on, runs each node once."""
+    from tests.pgserver import PgServer
+
+    server = PgServer.start()
+    try:
+        session = Session(f"{server.url}?connect_timeout=2", workdir=tmp_path)
+        run = await session.start(it.compile(RESTARTED))
+        ran = tmp_path / "ran.txt"
+        for _ in range(1000):
+            if ran.exists() and "slow" in ran.read_text():
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(server.stop, False)  # fast: every connection is cut
+        (tmp_path / "go").touch()  # the node ends while the server is away
+        await asyncio.sleep(1.5)
+        assert run.status == "running"  # it waits (its checkpoint cannot be written yet)
+        await asyncio.to_thread(server.restart)
+        assert await run.wait(60) == "finished", run.error
+        assert ran.read_text().split() == ["one", "slow", "two"]
+        types = [e.type for e in await session.store.events(run.id)]
+        assert types.count("run_started") == 1 and types[-1] == "run_finished", types
+        await session.close()
+    finally:
+        server.stop()
+
+
+async def test_a_call_waits_for_the_server_but_not_past_its_outage_timeout() -> None:
+    """A read during an outage waits and answers once the server is back; a store told
+    to wait less fails with a clear StoreError."""
+    from tests.pgserver import PgServer
+
+    server = PgServer.start()
+    try:
+        store = open_postgres_store(f"{server.url}?connect_timeout=2")
+        brief = open_postgres_store(f"{server.url}?connect_timeout=2", outage_timeout=1.0)
+        await store.create_run(a_run())
+        await asyncio.to_thread(server.stop, False)
+        reading = asyncio.ensure_future(store.get_run("r1"))
+        began = time.monotonic()
+        with pytest.raises(StoreError, match="failed"):
+            await brief.get_run("r1")
+        assert time.monotonic() - began < 30
+        assert not reading.done()  # still waiting
+        assert store.back_at is None
+        await asyncio.to_thread(server.restart)
+        assert (await asyncio.wait_for(reading, 60)).id == "r1"
+        # it knows the server came back a moment ago (its listener is back): a cluster's
+        # watcher lets live owners renew their lapsed leases before it takes runs over
+        for _ in range(200):
+            if store.back_at is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert store.back_at is not None and time.monotonic() - store.back_at < 30
+        await store.close()
+        await brief.close()
+    finally:
+        server.stop()
+
+
 async def test_a_session_runs_and_resumes_on_postgres(url: str, tmp_path: Path) -> None:
     """Session(store=URL) works; an answer from another process resumes the parked run."""
     gate = 'human gate:\n  instructions: "Ship it?"\n\nworkflow w:\n  entry: gate\n  gate -> done\n'
