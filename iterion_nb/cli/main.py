@@ -107,6 +107,8 @@ def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 #: Exit code when stdout's reader went away (as a shell reports SIGPIPE: 128 + 13).
 EXIT_BROKEN_PIPE = 141
+#: Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
 
 
 def _quiet_stdout() -> None:
@@ -140,6 +142,9 @@ def main(
     except FileNotFoundError as problem:
         stderr.write(f"iterion-nb: {problem.filename}: no such file\n")
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C: what it stopped was said where it happened
+        stderr.write("iterion-nb: interrupted\n")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `iterion-nb … | head`: the reader has all it wanted
         _quiet_stdout()
         return EXIT_BROKEN_PIPE

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
@@ -377,6 +378,16 @@ async def _through_holder_or_file(args: argparse.Namespace, action: str) -> tupl
         client.close()
 
 
+def _interrupted(run_id: str, store: str | None, cluster: bool) -> str:
+    """What Ctrl-C during ``run`` or ``resume`` did to the run, and how to go on."""
+    where = f" --store {mask_url(store)}" if store else ""
+    if cluster:
+        return (f"iterion-nb: stopped following run {run_id}; it goes on on the cluster"
+                f" (`iterion-nb runs show {run_id}{where}`)\n")  # fmt: skip
+    return (f"iterion-nb: run {run_id} cancelled (Ctrl-C); `iterion-nb resume {run_id}{where}`"
+            " goes on from its checkpoint\n")  # fmt: skip
+
+
 async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
     session = _session(args.store, serve=True, scenario=args.scenario, cluster=args.cluster)
     detach = getattr(args, "detach", False)
@@ -406,7 +417,11 @@ async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"run {handle.id} running (answer its questions with `iterion-nb runs"
                       f" answer {handle.id} ID TEXT{where}` from another terminal)\n")  # fmt: skip
             out.flush()
-        status = await handle.wait()
+        try:
+            status = await handle.wait()
+        except asyncio.CancelledError:  # Ctrl-C: say what becomes of the run, then stop
+            sys.stderr.write(_interrupted(handle.id, args.store, session.executor is not None))
+            raise
         result = await _summary(handle)
     except RunOwnedError as err:
         raise CliError(str(err), EXIT_OWNED) from None

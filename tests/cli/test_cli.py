@@ -161,3 +161,44 @@ def test_an_answer_that_needs_json_says_so(tmp_path: Path) -> None:
     )  # fmt: skip
     assert as_json.returncode == 0, as_json.stderr
     assert "the run resumed; it is now finished" in as_json.stdout
+
+
+SLOW_TOOL = """\
+tool first:
+  command: "echo started > started.txt; sleep 30"
+
+tool second:
+  command: "echo second >> ran.txt"
+
+workflow w:
+  entry: first
+  first -> second
+  second -> done
+"""
+
+
+def test_ctrl_c_during_run_cancels_it_says_how_to_go_on_and_no_traceback(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import time
+
+    (tmp_path / "w.iter").write_text(SLOW_TOOL)
+    store = str(tmp_path / "store")
+    proc = subprocess.Popen(
+        [str(SCRIPT), "run", "w.iter", "--store", store], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started.txt").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    run_id = out.split()[1]  # "run ID running (…)"
+    assert f"run {run_id} cancelled (Ctrl-C); `iterion-nb resume {run_id}" in err
+    shown = json.loads(run("runs", "show", run_id, "--json", "--store", store).stdout)
+    assert shown["status"] == "cancelled"
+    assert not (tmp_path / "ran.txt").exists()
