@@ -37,7 +37,7 @@ from iterion_nb.runtime import replay
 from iterion_nb.runtime.answers import is_cluster_run, ready_to_resume
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.launch import answers_yaml
-from iterion_nb.store import DuckDBStore, resolve_store_path
+from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.location import mask_url, store_url
 from iterion_nb.store.remote import open_store
@@ -314,7 +314,28 @@ async def _report(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def require_store(spec: str | None) -> None:
+    """Refuse a DuckDB store that is not there, for a command about runs already made.
+
+    Opening it would create an empty store where a typo points, and the command
+    would then report "no runs" or "0 copied" as if that were the answer.
+
+    Raises:
+        CliError: Names the path looked at, and how to name another.
+    """
+    if store_url(spec) is not None:
+        return
+    path = resolve_store_path(spec)
+    if not path.exists():
+        raise CliError(
+            f"no run store at {path} (nothing was created: `iterion-nb run` makes one;"
+            f" --store or {STORE_ENV} names another)"
+        )
+
+
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
+    if args.command != "run":  # every other command is about runs already made
+        require_store(args.src if args.command == "store" else args.store)
     if args.command == "report":
         return await _report(args, out)
     if args.command == "store":

@@ -202,3 +202,27 @@ def test_ctrl_c_during_run_cancels_it_says_how_to_go_on_and_no_traceback(
     shown = json.loads(run("runs", "show", run_id, "--json", "--store", store).stdout)
     assert shown["status"] == "cancelled"
     assert not (tmp_path / "ran.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [["runs", "list"], ["runs", "show", "r1"], ["cancel", "r1"], ["report", "r1"],
+     ["resume", "r1"]],
+)  # fmt: skip
+def test_a_store_path_with_a_typo_is_refused_and_nothing_is_created(
+    tmp_path: Path, verb: list[str]
+) -> None:
+    """A command about runs already made does not make an empty store where a typo points."""
+    typo = tmp_path / "nosuch" / "store"
+    proc = run(*verb, "--store", str(typo), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert f"no run store at {typo / 'iterion.duckdb'}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_copying_from_a_store_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    proc = run("store", "copy", "nosuchdir", str(tmp_path / "dst"), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "no run store at" in proc.stderr and "nosuchdir" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
