@@ -23,6 +23,8 @@ class Mirror:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._pending: dict[str, Interaction] = {}
+        #: Pending questions an answer is being committed for (still pending to readers).
+        self._claimed: set[str] = set()
         self._by_run: dict[str, dict[str, Interaction]] = {}
         self._inbox: dict[tuple[str, str], list[QueuedMessage]] = {}
 
@@ -88,18 +90,30 @@ class Mirror:
                 self._pending[interaction.id] = interaction
             else:
                 self._pending.pop(interaction.id, None)
+                self._claimed.discard(interaction.id)
             questions = self._by_run.get(interaction.run_id)
             if questions is not None:
                 questions[interaction.id] = interaction
 
     def take_pending(self, interaction_id: str) -> Interaction | None:
-        """Claim a question to answer it (the first answer takes it; later ones find it gone)."""
+        """Claim a question to answer it (the first answer claims it; later ones find it taken).
+
+        It stays pending to every reader until its answer commits (:meth:`stored`):
+        dropped earlier, a gate looking in between would pass on an answer that
+        its read of the run's questions does not show yet.
+        """
         with self.lock:
-            return self._pending.pop(interaction_id, None)
+            if interaction_id in self._claimed:
+                return None
+            found = self._pending.get(interaction_id)
+            if found is not None:
+                self._claimed.add(interaction_id)
+            return found
 
     def give_back(self, interaction: Interaction) -> None:
-        """An answer that failed to commit: the question is pending again."""
+        """An answer that failed to commit (or came too late): no longer claimed."""
         with self.lock:
+            self._claimed.discard(interaction.id)
             self._pending[interaction.id] = interaction
 
     # -- messages ----------------------------------------------------------------------

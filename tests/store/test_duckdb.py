@@ -425,3 +425,38 @@ async def test_a_worker_that_lost_its_run_writes_none_of_its_late_events(tmp_pat
     finally:
         holder.kill()
         holder.wait()
+
+
+async def test_a_question_is_pending_to_every_reader_until_its_answer_commits(
+    tmp_path: Path,
+) -> None:
+    """No moment in which a gate sees the question answered (no longer pending) while the
+    run's questions still show it unanswered: it would pass without that answer."""
+    import threading
+
+    store = open_duckdb_store(tmp_path / "s.duckdb")
+    await store.create_run(make_run())
+    await store.add_interaction(make_question())
+    await store.interactions("r1")  # the run's questions are read (a widget, a gate)
+    entered, release = threading.Event(), threading.Event()
+    commit = store._transaction  # type: ignore[attr-defined]
+
+    def held(body, **kwargs):  # type: ignore[no-untyped-def]
+        entered.set()  # on the store's worker, inside the answer, before its commit
+        release.wait(10)
+        return commit(body, **kwargs)
+
+    store._transaction = held  # type: ignore[attr-defined]
+    answering = asyncio.ensure_future(store.answer("q1", "formal", answered_by="p"))
+    try:
+        assert await asyncio.to_thread(entered.wait, 10)
+        # the answer is being committed: both views still say "not answered"
+        assert [q.id for q in await store.pending_interactions("r1")] == ["q1"]
+        assert [q.pending for q in await store.interactions("r1")] == [True]
+    finally:
+        release.set()
+        store._transaction = commit  # type: ignore[attr-defined]
+    await answering
+    assert await store.pending_interactions("r1") == []
+    assert [q.answers for q in await store.interactions("r1")] == ["formal"]
+    await store.close()
