@@ -118,16 +118,20 @@ class Summary:
 
 
 def stamp_commits(store: Any, committed: dict[str, float]) -> None:
-    """Record when each answer's transaction commits (on the store's worker thread)."""
-    original = store.mirror.queued
+    """Record when each answer's transaction has committed (on the store's worker thread).
 
-    def stamped(message: Any) -> None:
-        original(message)
-        found = ANSWER.match(message.text)
-        if found:
-            committed[found.group(1)] = time.time()
+    Stamped as the store's memory learns of the answer, before anything in this
+    process can see it: stamped later, a gate woken in the meantime would show
+    a negative latency.
+    """
+    original = store.mirror.stored
 
-    store.mirror.queued = stamped
+    def stamped(interaction: Any) -> None:
+        if not interaction.pending and interaction.id not in committed:
+            committed[interaction.id] = time.time()
+        original(interaction)
+
+    store.mirror.stored = stamped
 
 
 # -- 1. answer -> the agent's next turn ----------------------------------------------
@@ -320,9 +324,9 @@ def timed_gates(probe: GateProbe) -> Iterator[None]:
     """Stamp when each gate's doorbell wait returns and when its executor returns its output."""
     wait, run = NodeRunner._until_answered, NodeRunner._await_answers
 
-    async def timed_wait(self: NodeRunner, node: Any) -> None:
+    async def timed_wait(self: NodeRunner, node: Any, *rest: Any) -> None:
         probe.parked += 1
-        await wait(self, node)
+        await wait(self, node, *rest)
         probe.woken[node.name.removeprefix("gate")] = time.time()
 
     async def timed_run(self: NodeRunner, node: Any, f: Any) -> Any:
