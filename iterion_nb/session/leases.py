@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from iterion_nb.errors import LeaseLostError
+from iterion_nb.runtime.doorbell import ANY
 from iterion_nb.runtime.ownership import HEARTBEAT_SHARE, Claimant
 from iterion_nb.runtime.ports import Store
 
@@ -43,6 +44,10 @@ class LeaseKeeper:
         self.lost: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._renewed = time.monotonic()
+        #: Set (from any thread) when a held run's doorbell rings: renew now, not at the
+        #: next beat — a cancel asked from elsewhere rings it, and stops a short run too.
+        self._poke: asyncio.Event | None = None
+        self._unsubscribe: Callable[[], None] | None = None
 
     @property
     def interval(self) -> float:
@@ -55,7 +60,25 @@ class LeaseKeeper:
         self.lost.discard(run_id)
         if self._task is None or self._task.done():
             self._renewed = time.monotonic()
-            self._task = asyncio.get_running_loop().create_task(self._beat())
+            loop = asyncio.get_running_loop()
+            self._poke = asyncio.Event()
+            self._listen(loop, self._poke)
+            self._task = loop.create_task(self._beat())
+
+    def _listen(self, loop: asyncio.AbstractEventLoop, poke: asyncio.Event) -> None:
+        if self._unsubscribe is not None:  # a beat that ended: its poke is stale
+            self._unsubscribe()
+            self._unsubscribe = None
+        bell = getattr(self.store, "doorbell", None)
+        if bell is None:
+            return
+
+        def rung(key: str) -> None:  # on the ringing thread: quick, never raises
+            if key == ANY or key in self.runs:  # a run's own ring (a cancel), not a node's
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(poke.set)
+
+        self._unsubscribe = bell.subscribe(rung)
 
     def drop(self, run_id: str) -> None:
         """Stop renewing ``run_id`` (it settled and released its lease)."""
@@ -86,8 +109,12 @@ class LeaseKeeper:
             raise LeaseLostError(run_id)
 
     async def _beat(self) -> None:
+        poke = self._poke
+        assert poke is not None
         while self.runs:
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(poke.wait(), self.interval)
+            poke.clear()
             try:
                 await self.renew()
             except asyncio.CancelledError:
@@ -98,6 +125,9 @@ class LeaseKeeper:
     async def stop(self) -> None:
         """Stop the heartbeat (the leases lapse, or were released)."""
         task, self._task = self._task, None
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -245,6 +245,26 @@ async def test_cancel_from_another_session_stops_the_owner(db: Path, tmp_path: P
         await store.close()
 
 
+@pytest.mark.parametrize("kind", ["memory", "duckdb"])
+async def test_a_cancel_reaches_the_owner_before_its_next_node_not_at_its_next_beat(
+    kind: str, db: Path, tmp_path: Path
+) -> None:
+    """The cancel rings the run's doorbell; its owner renews at once and stops: a node that
+    ends before the owner's next heartbeat (2.5 s here) is the last one that runs."""
+    store = MemoryStore() if kind == "memory" else open_duckdb_store(db)
+    owner = Session(store, workdir=tmp_path)  # the default lease: a heartbeat every 2.5 s
+    other = Session(store, workdir=tmp_path)
+    try:
+        run_id = await started(owner, TOOLS.format(seconds=0.8), "slow")
+        await store.cancel_run(run_id)  # as another process would
+        assert await owner.run(run_id).wait(10) == "cancelled"
+    finally:
+        await owner.close()
+        await other.close()
+        await store.close()
+    assert "two" not in ran(tmp_path)
+
+
 async def test_closing_a_session_lets_go_of_its_parked_runs(db: Path, tmp_path: Path) -> None:
     store = open_duckdb_store(db)
     owner = Session(store, workdir=tmp_path)

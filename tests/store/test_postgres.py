@@ -490,6 +490,40 @@ async def test_a_call_waits_for_the_server_but_not_past_its_outage_timeout() -> 
         server.stop()
 
 
+CANCELLER = """
+    import asyncio, sys
+    from iterion_nb.store.remote import open_store
+
+    async def main(url, run_id):
+        store = open_store(url)
+        await store.cancel_run(run_id)
+        await store.close()
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_a_cancel_from_another_process_stops_the_run_before_its_next_node(
+    url: str, tmp_path: Path
+) -> None:
+    """The cancel's NOTIFY wakes the owner at once (not at its next heartbeat, 2.5 s)."""
+    session = Session(url, workdir=tmp_path)
+    try:
+        run = await session.start(it.compile(RESTARTED))
+        ran = tmp_path / "ran.txt"
+        for _ in range(1000):
+            if ran.exists() and "slow" in ran.read_text():
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(finish, spawn(CANCELLER, url, run.id))
+        await asyncio.sleep(0.5)
+        (tmp_path / "go").touch()  # the node would end now, and the next one start
+        assert await run.wait(10) == "cancelled"
+        assert ran.read_text().split() == ["one", "slow"]
+    finally:
+        await session.close()
+
+
 async def test_a_session_runs_and_resumes_on_postgres(url: str, tmp_path: Path) -> None:
     """Session(store=URL) works; an answer from another process resumes the parked run."""
     gate = 'human gate:\n  instructions: "Ship it?"\n\nworkflow w:\n  entry: gate\n  gate -> done\n'
