@@ -509,8 +509,10 @@ async def per_node(session: Any, kind: str, n: int) -> float:
     The run's own start and settle (a few commits) would otherwise dilute
     the per-node figure of cheap chains.
     """
+    single = it.compile(chain_source(kind, 1))
+    await run_seconds(session, single)  # warm: first calls (a tool's reaper) not counted
     whole = await run_seconds(session, it.compile(chain_source(kind, n)))
-    one = await run_seconds(session, it.compile(chain_source(kind, 1)))
+    one = await run_seconds(session, single)
     return (whole - one) / (n - 1)
 
 
