@@ -55,6 +55,11 @@ class NotFoundError(StoreError):
         self.key = key
         super().__init__(f"no {kind} '{key}'")
 
+    def of_run(self, run_id: str) -> NotFoundError:
+        """The same, looked for in one run: says so (``no interaction 'q1' in run 'r1'``)."""
+        self.args = (f"no {self.kind} '{self.key}' in run '{run_id}'",)
+        return self
+
 
 class ConflictError(StoreError):
     """An operation that contradicts what is already recorded."""

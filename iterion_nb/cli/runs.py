@@ -35,6 +35,7 @@ from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.answers import is_cluster_run, ready_to_resume
+from iterion_nb.runtime.records import RUN_STATUSES
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.launch import answers_yaml
 from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
@@ -81,7 +82,7 @@ def add_commands(sub: Any) -> None:
     runs = sub.add_parser("runs", help="list runs, show one, list or answer its questions")
     verbs = runs.add_subparsers(dest="verb", required=True, metavar="VERB")
     _common(verbs.add_parser("list", help="runs, newest first"))
-    verbs.choices["list"].add_argument("--status")
+    verbs.choices["list"].add_argument("--status", choices=RUN_STATUSES, metavar="STATUS")
     verbs.choices["list"].add_argument("--limit", type=int, default=50)
     for verb, text in (("show", "one run"), ("questions", "a run's pending questions")):
         parser = verbs.add_parser(verb, help=text)

@@ -124,9 +124,14 @@ class AnswerService:
 
     async def question(self, run_id: str, interaction_id: str) -> Interaction:
         """The question, checked to belong to the run and to be answerable by a person."""
-        found = await self.store.get_interaction(interaction_id)
+        try:
+            found = await self.store.get_interaction(interaction_id)
+        except NotFoundError:
+            await self.store.get_run(run_id)  # an unknown run is named as such
+            raise
         if found.run_id != run_id:
-            raise NotFoundError("interaction", f"{interaction_id} of run {run_id}")
+            await self.store.get_run(run_id)
+            raise NotFoundError("interaction", interaction_id).of_run(run_id)
         if found.kind == "await":
             waits = ", ".join(found.waits_on) or "none"
             raise InvalidAnswerError(

@@ -226,3 +226,29 @@ def test_copying_from_a_store_that_is_not_there_is_refused(tmp_path: Path) -> No
     assert proc.returncode == 1
     assert "no run store at" in proc.stderr and "nosuchdir" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_answering_in_an_unknown_run_names_the_run_and_a_bad_status_is_usage(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from iterion_nb.store import open_duckdb_store
+    from tests.conformance.conftest import make_question, make_run
+
+    async def seed() -> None:
+        store = open_duckdb_store(tmp_path / "s")
+        await store.create_run(make_run("r1"))
+        await store.create_run(make_run("r2"))
+        await store.add_interaction(make_question("q1", "r1"))
+        await store.close()
+
+    asyncio.run(seed())
+    store = str(tmp_path / "s")
+    unknown = run("runs", "answer", "nosuchrun", "q1", "formal", "--store", store)
+    assert unknown.returncode == 1 and unknown.stderr == "iterion-nb: no run 'nosuchrun'\n"
+    elsewhere = run("runs", "answer", "r2", "q1", "formal", "--store", store)
+    assert elsewhere.returncode == 1
+    assert elsewhere.stderr == "iterion-nb: no interaction 'q1' in run 'r2'\n"
+    bogus = run("runs", "list", "--status", "bogus", "--store", store)
+    assert bogus.returncode == 2 and "invalid choice: 'bogus'" in bogus.stderr
