@@ -252,3 +252,17 @@ def test_answering_in_an_unknown_run_names_the_run_and_a_bad_status_is_usage(
     assert elsewhere.stderr == "iterion-nb: no interaction 'q1' in run 'r2'\n"
     bogus = run("runs", "list", "--status", "bogus", "--store", store)
     assert bogus.returncode == 2 and "invalid choice: 'bogus'" in bogus.stderr
+
+
+@pytest.mark.parametrize("name", ["minimal", "fanout_retry"])
+def test_an_example_runs_offline_with_its_scenario_and_without_one_says_what_to_do(
+    tmp_path: Path, name: str
+) -> None:
+    flow, scenario = EXAMPLES / f"{name}.iter", EXAMPLES / f"{name}.scenario.yaml"
+    done = run("run", str(flow), "--scenario", str(scenario), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "finished"
+    bare = run("run", str(flow), cwd=tmp_path)
+    assert bare.returncode == 1
+    assert "uses the scripted model, and no scenario says what it answers" in bare.stdout
+    assert "--scenario FILE" in bare.stdout

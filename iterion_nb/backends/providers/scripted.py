@@ -101,7 +101,14 @@ class FailureBudget:
 
 
 def _turns(scenario: Mapping[str, Any], node: str, visit: int) -> list[dict[str, Any]]:
-    script = scenario.get("nodes", {}).get(node)
+    nodes = scenario.get("nodes", {})
+    script = nodes.get(node)
+    if script is None and not nodes:  # no scenario was given at all
+        raise ScenarioError(
+            f"node '{node}' uses the scripted model, and no scenario says what it answers:"
+            " give one (--scenario FILE, Session(scenario=...); examples/*.scenario.yaml"
+            " are samples) or name a real model backend"
+        )
     if script is None:
         raise ScenarioError(f"the scenario has no turns for node '{node}'")
     if isinstance(script, Mapping) and "visits" in script:
