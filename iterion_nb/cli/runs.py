@@ -400,6 +400,22 @@ async def _through_holder_or_file(args: argparse.Namespace, action: str) -> tupl
         client.close()
 
 
+async def _show_questions(handle: RunHandle, out: TextIO) -> None:
+    """While ``run`` or ``resume`` waits: each question the run asks, with its id, as asked."""
+    bell = handle.session.store.doorbell  # type: ignore[attr-defined]
+    seen: set[str] = set()
+    while True:
+        with bell.arm(handle.id) as ticket:
+            for question in await handle.pending_questions():
+                if question.id not in seen:
+                    seen.add(question.id)
+                    options = "|".join(o.id for o in question.options)
+                    out.write(f"  asked: {question.id} [{question.kind}] {question.question}"
+                              + (f" (options: {options})" if options else "") + "\n")  # fmt: skip
+                    out.flush()
+            await ticket.wait(timeout=1.0)
+
+
 def _interrupted(run_id: str, store: str | None, cluster: bool) -> str:
     """What Ctrl-C during ``run`` or ``resume`` did to the run, and how to go on."""
     where = f" --store {mask_url(store)}" if store else ""
@@ -439,11 +455,16 @@ async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"run {handle.id} running (answer its questions with `iterion-nb runs"
                       f" answer {handle.id} ID TEXT{where}` from another terminal)\n")  # fmt: skip
             out.flush()
+        shown = None if args.json else asyncio.ensure_future(_show_questions(handle, out))
         try:
             status = await handle.wait()
         except asyncio.CancelledError:  # Ctrl-C: say what becomes of the run, then stop
             sys.stderr.write(_interrupted(handle.id, args.store, session.executor is not None))
             raise
+        finally:
+            if shown is not None:
+                shown.cancel()
+                await asyncio.gather(shown, return_exceptions=True)
         result = await _summary(handle)
     except RunOwnedError as err:
         raise CliError(str(err), EXIT_OWNED) from None

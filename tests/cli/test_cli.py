@@ -266,3 +266,33 @@ def test_an_example_runs_offline_with_its_scenario_and_without_one_says_what_to_
     assert bare.returncode == 1
     assert "uses the scripted model, and no scenario says what it answers" in bare.stdout
     assert "--scenario FILE" in bare.stdout
+
+
+def test_run_shows_each_question_as_asked_and_another_terminal_answers_it(
+    tmp_path: Path,
+) -> None:
+    """The README's terminal tour: the ids to answer with are printed by ``run`` itself."""
+    store = str(tmp_path / "store")
+    proc = subprocess.Popen(
+        [str(SCRIPT), "run", str(EXAMPLES / "async_questions.iter"), "--scenario",
+         str(EXAMPLES / "async_questions.scenario.yaml"), "--store", store],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        first = proc.stdout.readline()
+        run_id = first.split()[1]
+        asked = [proc.stdout.readline() for _ in range(2)]
+        assert all(line.startswith("  asked: ") for line in asked), asked
+        assert "(options: formal|casual)" in asked[0]
+        for line in asked:
+            iid = line.split()[1]
+            answer = "formal" if "formal" in line else "asking while working"
+            given = run("runs", "answer", run_id, iid, answer, "--store", store, cwd=tmp_path)
+            assert given.returncode == 0, given.stderr
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert f"run {run_id} (release_notes): finished" in out
