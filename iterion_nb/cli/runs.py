@@ -490,6 +490,11 @@ def _pair(text: str, option: str = "--var") -> tuple[str, str]:
     return key, value
 
 
+def _clip(text: str, width: int = 200) -> str:
+    """``text`` cut to ``width`` characters, saying so (``--json`` shows it whole)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _print(result: Any, action: str, as_json: bool, out: TextIO) -> None:
     if as_json:
         out.write(json.dumps(result, indent=2, ensure_ascii=False, default=str) + "\n")
@@ -510,14 +515,14 @@ def _shown(result: Any) -> list[str]:
     if result.get("error"):
         lines.append(f"  error: {result['error']}")
     for node, output in result.get("outputs", {}).items():
-        lines.append(f"  {node}: {json.dumps(output, ensure_ascii=False)[:200]}")
+        lines.append(f"  {node}: {_clip(json.dumps(output, ensure_ascii=False))}")
     lines += [f"  waiting: {q['id']} [{q['kind']}] {q['question']}"
               for q in result.get("questions", [])]  # fmt: skip
     for q in result.get("interactions", []):
         if q["answered_at"] is None:
             lines.append(f"  asked: {q['id']} [{q['kind']}] {q['question']} (pending)")
             continue
-        answer = json.dumps(q["answers"], ensure_ascii=False)[:200]
+        answer = _clip(json.dumps(q["answers"], ensure_ascii=False))
         lines.append(f"  asked: {q['id']} [{q['kind']}] {q['question']}")
         lines.append(f"    answered {answer} by {q['answered_by']} at {q['answered_at']}")
     return lines
@@ -568,7 +573,7 @@ def _pinned(result: Any) -> list[str]:
     lines = []
     for pin in result["answers"]:
         options = f" [{', '.join(pin['options'])}]" if pin.get("options") else ""
-        answer = json.dumps(pin["answer"], ensure_ascii=False)[:200]
+        answer = _clip(json.dumps(pin["answer"], ensure_ascii=False))
         lines.append(f"{pin['node']}: {pin['question']}{options}\n  -> {answer}")
     return lines or [f"run {result['run']} has no answers"]
 

@@ -296,3 +296,16 @@ def test_run_shows_each_question_as_asked_and_another_terminal_answers_it(
             proc.kill()
     assert proc.returncode == 0, err
     assert f"run {run_id} (release_notes): finished" in out
+
+
+def test_a_long_output_is_cut_with_an_ellipsis_and_shown_whole_in_json(tmp_path: Path) -> None:
+    (tmp_path / "w.iter").write_text(
+        "tool long:\n  command: \"python3 -c 'print(300 * chr(97))'\"\n\n"
+        "workflow w:\n  entry: long\n  long -> done\n"
+    )
+    shown = run("run", "w.iter", "--store", str(tmp_path / "s"), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [x for x in shown.stdout.splitlines() if x.startswith("  long: ")]
+    assert line.endswith("…") and len(line) == len("  long: ") + 200
+    whole = run("run", "w.iter", "--json", "--store", str(tmp_path / "s"), cwd=tmp_path)
+    assert json.loads(whole.stdout)["outputs"]["long"]["stdout"] == 300 * "a" + "\n"
