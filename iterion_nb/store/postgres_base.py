@@ -239,19 +239,21 @@ class PgBase:
         """
         loop = asyncio.get_running_loop()
         delay, deadline = 0.05, loop.time() + (self.outage_timeout if wait else CONNECTION_WAIT)
+        away = False
         while True:
             attempt = _Attempt(deadline)
             token = _attempt.set(attempt)
             try:
                 result = await work()
-                if delay > 0.05:  # it failed before: the server is back
+                if away:  # the server is back
                     self.back_at = time.monotonic()
                 return result
             except CONNECTION_ERRORS as err:
                 if not wait or attempt.unsure or self._closing or loop.time() >= deadline:
                     raise self._failure(err) from None
-                if delay == 0.05:
+                if not away:
                     log.warning("%s", self._scrub(f"{self.display_url} is away, waiting: {err}"))
+                away = True
             except psycopg.Error as err:
                 raise self._failure(err) from None
             finally:

@@ -312,6 +312,16 @@ async def test_sessions_of_one_process_share_one_server(tmp_path: Path) -> None:
         await second.close()
 
 
+def tools_run() -> Run:
+    """The record of a run of ``TOOLS`` (no sleep) as a launcher creates it: ``r1``, running."""
+    wf = it.compile(TOOLS.format(seconds=0))
+    now = utcnow()
+    return Run(
+        id="r1", workflow=wf.name, source_hash=wf.source_hash, status="running",
+        created_at=now, updated_at=now, source=TOOLS.format(seconds=0), vars={},
+    )  # fmt: skip
+
+
 def dead_claimant() -> Claimant:
     """A claimant of this host whose process has exited (its lease is void at once)."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -326,12 +336,7 @@ async def test_a_queued_run_whose_worker_died_before_its_first_checkpoint_is_res
     """``run_started`` may commit before the start checkpoint; a worker killed between
     the two leaves a run that started: Dask's retry of the task resumes it, once."""
     store = MemoryStore() if kind == "memory" else open_duckdb_store(db)
-    wf = it.compile(TOOLS.format(seconds=0))
-    now = utcnow()
-    record = Run(
-        id="r1", workflow=wf.name, source_hash=wf.source_hash, status="running",
-        created_at=now, updated_at=now, source=TOOLS.format(seconds=0), vars={},
-    )  # fmt: skip
+    record = tools_run()
     queue = Claimant.here(60)
     await store.create_run(record, owner=queue)
     worker = dead_claimant()  # took the run from its queue, logged run_started, was killed
@@ -357,12 +362,7 @@ async def test_a_run_whose_owner_died_before_its_first_checkpoint_starts_or_resu
 ) -> None:
     """Resumed by anyone (a cluster's watcher, a notebook): one ``run_started`` either way."""
     store = MemoryStore()
-    wf = it.compile(TOOLS.format(seconds=0))
-    now = utcnow()
-    record = Run(
-        id="r1", workflow=wf.name, source_hash=wf.source_hash, status="running",
-        created_at=now, updated_at=now, source=TOOLS.format(seconds=0), vars={},
-    )  # fmt: skip
+    record = tools_run()
     await store.create_run(record, owner=dead_claimant())
     if logged:  # its run_started was written, its start checkpoint not yet
         await store.append_event("r1", "run_started", {"workflow": "w"})
@@ -382,12 +382,7 @@ async def test_a_run_whose_owner_died_before_its_first_checkpoint_starts_or_resu
 async def test_a_queued_run_still_held_by_its_queue_starts(tmp_path: Path) -> None:
     """The common case: the worker's task takes the run from its queue and starts it."""
     store = MemoryStore()
-    wf = it.compile(TOOLS.format(seconds=0))
-    now = utcnow()
-    record = Run(
-        id="r1", workflow=wf.name, source_hash=wf.source_hash, status="running",
-        created_at=now, updated_at=now, source=TOOLS.format(seconds=0), vars={},
-    )  # fmt: skip
+    record = tools_run()
     queue = Claimant.here(60)
     await store.create_run(record, owner=queue)
     worker = Session(store, workdir=tmp_path, serve=False)
@@ -404,12 +399,7 @@ async def test_a_run_cancelled_while_queued_is_cancelled_by_its_worker_untouched
 ) -> None:
     """Cancel asked before a worker took the run: the worker ends it, no node runs."""
     store = MemoryStore()
-    wf = it.compile(TOOLS.format(seconds=0))
-    now = utcnow()
-    record = Run(
-        id="r1", workflow=wf.name, source_hash=wf.source_hash, status="running",
-        created_at=now, updated_at=now, source=TOOLS.format(seconds=0), vars={},
-    )  # fmt: skip
+    record = tools_run()
     queue = Claimant.here(60)
     await store.create_run(record, owner=queue)
     await store.cancel_run("r1")

@@ -430,6 +430,16 @@ workflow w:
 """
 
 
+async def slow_started(workdir: Path) -> Path:
+    """Once a run of ``RESTARTED`` is in its slow node: its ``ran.txt``."""
+    ran = workdir / "ran.txt"
+    for _ in range(1000):
+        if ran.exists() and "slow" in ran.read_text():
+            return ran
+        await asyncio.sleep(0.02)
+    raise AssertionError("the slow node never started")
+
+
 async def test_a_run_waits_through_a_server_restart_and_goes_on(tmp_path: Path) -> None:
     """The server stops mid-node and comes back: the run waits, goes on, runs each node once."""
     from tests.pgserver import PgServer
@@ -438,11 +448,7 @@ async def test_a_run_waits_through_a_server_restart_and_goes_on(tmp_path: Path) 
     try:
         session = Session(f"{server.url}?connect_timeout=2", workdir=tmp_path)
         run = await session.start(it.compile(RESTARTED))
-        ran = tmp_path / "ran.txt"
-        for _ in range(1000):
-            if ran.exists() and "slow" in ran.read_text():
-                break
-            await asyncio.sleep(0.02)
+        ran = await slow_started(tmp_path)
         await asyncio.to_thread(server.stop, False)  # fast: every connection is cut
         (tmp_path / "go").touch()  # the node ends while the server is away
         await asyncio.sleep(1.5)
@@ -510,11 +516,7 @@ async def test_a_cancel_from_another_process_stops_the_run_before_its_next_node(
     session = Session(url, workdir=tmp_path)
     try:
         run = await session.start(it.compile(RESTARTED))
-        ran = tmp_path / "ran.txt"
-        for _ in range(1000):
-            if ran.exists() and "slow" in ran.read_text():
-                break
-            await asyncio.sleep(0.02)
+        ran = await slow_started(tmp_path)
         await asyncio.to_thread(finish, spawn(CANCELLER, url, run.id))
         await asyncio.sleep(0.5)
         (tmp_path / "go").touch()  # the node would end now, and the next one start
