@@ -472,11 +472,12 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        # parked runs first: a watcher must not resume one here while the rest stops
+        for run_id in list(self._parked):
+            self._unpark(run_id)
         for engine in list(self._engines.values()):
             engine.stop(Outcome("cancelled"))
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        for run_id in list(self._parked):
-            self._unpark(run_id)
         with contextlib.suppress(Exception):
             await self.store.release_runs(self.claimant.id, sorted(self.leases.runs))
         self.leases.runs.clear()

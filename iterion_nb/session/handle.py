@@ -75,9 +75,19 @@ class RunHandle:
         """
         task = self.session._tasks.get(self.id)
         if task is not None:
-            await asyncio.wait_for(asyncio.shield(task), timeout)
+            await asyncio.wait_for(self._settled_here(task), timeout)
             return (await self.refresh()).status
         return await asyncio.wait_for(self._follow(), timeout)
+
+    async def _settled_here(self, task: asyncio.Future[RunStatus]) -> None:
+        """Until the run's task here is done, and any resume here that followed at once."""
+        while True:
+            await asyncio.shield(task)
+            await asyncio.sleep(0)  # a parked run whose answers are in resumes right away
+            following = self.session._tasks.get(self.id)
+            if following is None or following is task or following.done():
+                return
+            task = following
 
     async def _follow(self) -> RunStatus:
         bell = self.session.store.doorbell  # type: ignore[attr-defined]
