@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -289,9 +291,54 @@ def _answer(args: argparse.Namespace) -> Any:
 
 
 # -- commands ----------------------------------------------------------------------
+#: Signals that stop a command as Ctrl-C does, by the name its message gives them.
+STOP_SIGNALS = {"SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP (the terminal closed)"}
+
+
+class _Stopped:
+    """Which signal stopped this command (``None``: none, or Ctrl-C)."""
+
+    signum: int | None = None
+
+    @classmethod
+    def clear(cls) -> None:
+        cls.signum = None
+
+
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
-    """Dispatch ``run``, ``runs …``, ``resume`` and ``cancel``."""
-    return asyncio.run(_dispatch(args, out))
+    """Dispatch ``run``, ``runs …``, ``resume`` and ``cancel``.
+
+    SIGTERM (``kill``, a supervisor) and SIGHUP (the terminal closed) stop the
+    command as Ctrl-C does: the run this process executes is cancelled cleanly,
+    resumable, and the exit code is 128 + the signal's number, as shells say it.
+    """
+    _Stopped.clear()
+    try:
+        return asyncio.run(_dispatch(args, out))
+    except asyncio.CancelledError:
+        if _Stopped.signum is None:
+            raise
+        name = signal.Signals(_Stopped.signum).name
+        raise CliError(f"stopped by {name}", 128 + _Stopped.signum) from None
+
+
+def _stop_on_signals() -> None:
+    """In the command's task: SIGTERM and SIGHUP cancel it, as asyncio does for Ctrl-C."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+
+    def stop(signum: int) -> None:
+        if _Stopped.signum is None:
+            _Stopped.signum = signum
+            task.cancel()
+
+    for name in STOP_SIGNALS:
+        signum = getattr(signal, name, None)
+        # a signal ignored on purpose (`nohup iterion-nb run …`) stays ignored
+        if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
+            # (not on this platform, or not the main thread: the default stays)
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, stop, signum)
 
 
 async def _report(args: argparse.Namespace, out: TextIO) -> int:
@@ -335,6 +382,7 @@ def require_store(spec: str | None) -> None:
 
 
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
+    _stop_on_signals()
     if args.command != "run":  # every other command is about runs already made
         require_store(args.src if args.command == "store" else args.store)
     if args.command == "report":
@@ -417,13 +465,16 @@ async def _show_questions(handle: RunHandle, out: TextIO) -> None:
 
 
 def _interrupted(run_id: str, store: str | None, cluster: bool) -> str:
-    """What Ctrl-C during ``run`` or ``resume`` did to the run, and how to go on."""
+    """What Ctrl-C (SIGTERM, SIGHUP) during ``run`` or ``resume`` did to the run; what next."""
     where = f" --store {mask_url(store)}" if store else ""
+    cause = "Ctrl-C"
+    if _Stopped.signum is not None:
+        cause = STOP_SIGNALS[signal.Signals(_Stopped.signum).name]
     if cluster:
         return (f"iterion-nb: stopped following run {run_id}; it goes on on the cluster"
                 f" (`iterion-nb runs show {run_id}{where}`)\n")  # fmt: skip
-    return (f"iterion-nb: run {run_id} cancelled (Ctrl-C); `iterion-nb resume {run_id}{where}`"
-            " goes on from its checkpoint\n")  # fmt: skip
+    return (f"iterion-nb: run {run_id} cancelled ({cause}); `iterion-nb resume"
+            f" {run_id}{where}` goes on from its checkpoint\n")  # fmt: skip
 
 
 async def _foreground(args: argparse.Namespace, out: TextIO) -> int:

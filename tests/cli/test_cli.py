@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,7 +167,7 @@ def test_an_answer_that_needs_json_says_so(tmp_path: Path) -> None:
 
 SLOW_TOOL = """\
 tool first:
-  command: "echo started > started.txt; sleep 30"
+  command: "test -e started.txt || { echo started > started.txt; sleep 30; }"
 
 tool second:
   command: "echo second >> ran.txt"
@@ -177,31 +179,60 @@ workflow w:
 """
 
 
-def test_ctrl_c_during_run_cancels_it_says_how_to_go_on_and_no_traceback(
-    tmp_path: Path,
-) -> None:
-    import signal
+def _start_slow_run(tmp_path: Path, **popen: Any) -> tuple[subprocess.Popen[str], str]:
+    """``iterion-nb run`` of SLOW_TOOL, once its first tool has started; and its store."""
     import time
 
     (tmp_path / "w.iter").write_text(SLOW_TOOL)
     store = str(tmp_path / "store")
     proc = subprocess.Popen(
         [str(SCRIPT), "run", "w.iter", "--store", store], cwd=tmp_path,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while not (tmp_path / "started.txt").exists():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends
+    return proc, store
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "cause"),
+    [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM"),
+     (signal.SIGHUP, 129, "SIGHUP (the terminal closed)")],
+)  # fmt: skip
+def test_ctrl_c_or_a_kill_during_run_cancels_it_says_how_to_go_on_and_no_traceback(
+    tmp_path: Path, signum: int, code: int, cause: str
+) -> None:
+    proc, store = _start_slow_run(tmp_path)
+    proc.send_signal(signum)  # Ctrl-C in a terminal; `kill`, a supervisor; a closed terminal
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     assert "Traceback" not in err
     run_id = out.split()[1]  # "run ID running (…)"
-    assert f"run {run_id} cancelled (Ctrl-C); `iterion-nb resume {run_id}" in err
+    assert f"run {run_id} cancelled ({cause}); `iterion-nb resume {run_id}" in err
     shown = json.loads(run("runs", "show", run_id, "--json", "--store", store).stdout)
-    assert shown["status"] == "cancelled"
+    assert shown["status"] == "cancelled"  # not left "running" until its lease lapses
     assert not (tmp_path / "ran.txt").exists()
+    resumed = run("resume", run_id, "--store", store, "--json", cwd=tmp_path)
+    assert json.loads(resumed.stdout)["status"] == "finished", resumed.stderr
+
+
+def test_under_nohup_a_hangup_is_still_ignored(tmp_path: Path) -> None:
+    """`nohup iterion-nb run …` asked for the run to outlive its terminal: it does."""
+    import time
+
+    def ignore_hangups() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc, _ = _start_slow_run(tmp_path, preexec_fn=ignore_hangups)
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "cancelled (SIGTERM)" in err
 
 
 @pytest.mark.parametrize(
