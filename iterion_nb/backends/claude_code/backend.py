@@ -18,6 +18,8 @@ How each piece maps (see docs/agents.md, "The Claude Code backend"):
   most ``max_stop_blocks`` times in a row.
 - The final answer must fit the node's schema; one repair prompt (in the same
   session) carries the problems, then the node fails resumably.
+- The CLI runs in a process group of its own that the reaper watches, so it
+  dies with the process running the node, even under kill -9 (see reaped.py).
 """
 
 from __future__ import annotations
@@ -403,8 +405,13 @@ class _Session:
         self.stop_blocks = 0
         result = None
         pending = self._pending
+        from iterion_nb.backends.claude_code.reaped import ReapedTransport  # needs the SDK
+
+        options = self._options(resume, fork)
+        # the CLI (and the MCP servers it starts) dies with this process: see reaped.py
+        transport = ReapedTransport(prompt, options)
         try:
-            async for message in sdk.query(prompt=prompt, options=self._options(resume, fork)):
+            async for message in sdk.query(prompt=prompt, options=options, transport=transport):
                 if result is not None:
                     continue  # after the model's result: the local /cost, not a model turn
                 if isinstance(message, sdk.StreamEvent) and message.parent_tool_use_id is None:
