@@ -257,14 +257,14 @@ class StoreService:
 
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
-    ) -> dict[str, bool]:
+    ) -> dict[str, Any]:
         """Record an answer (a parked run resumes in its owner's process)."""
         outcome = await self.answers.answer(run_id, interaction_id, answer, answered_by)
         return outcome.to_dict()
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
-    ) -> dict[str, bool]:
+    ) -> dict[str, Any]:
         """Record the answers a paused run waits on (its owner, if any, resumes it)."""
         outcome = await self.answers.answer_human(run_id, answers, answered_by)
         return outcome.to_dict()

@@ -42,13 +42,13 @@ class RunService(Protocol):
 
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
-    ) -> dict[str, bool]:
+    ) -> dict[str, Any]:
         """Answer one question: ``{"queued", "resumed"}``."""
         ...
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
-    ) -> dict[str, bool]:
+    ) -> dict[str, Any]:
         """Answer what a paused run waits on and resume it."""
         ...
 

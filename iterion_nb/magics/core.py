@@ -335,8 +335,9 @@ class IterionMagics(Magics):
                 given = asked.answers if isinstance(asked.answers, str) else str(asked.answers)
                 shown = labels.get(given) or given
                 who = asked.answered_by or "someone"
+                status = (await session.store.get_run(args.run_id)).status
                 return Answered(
-                    {"queued": False, "resumed": False},
+                    {"queued": False, "resumed": False, "run_status": status},
                     f"Already answered by {who}: {shown!r} — nothing sent",
                 )
         outcome = await session.run(args.run_id).answer(

@@ -52,7 +52,7 @@ class LiveRun(RunHandle):
 def answerer(session: Session) -> Any:
     """The widgets' way to answer: the run handle's (one answer path)."""
 
-    async def answer(run_id: str, iid: str, value: Any, by: str) -> dict[str, bool]:
+    async def answer(run_id: str, iid: str, value: Any, by: str) -> dict[str, Any]:
         return await session.run(run_id).answer(iid, value, answered_by=by)
 
     return answer

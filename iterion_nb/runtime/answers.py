@@ -42,14 +42,21 @@ HANDOFF_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class AnswerOutcome:
-    """What answering did: queued a message for the agent; the run resumes."""
+    """What answering did: queued a message for the agent; the run resumes; its status.
+
+    ``run_status`` is the run's status once the answer is in: a message queued
+    for a run that is not ``running`` (interrupted, failed_resumable,
+    cancelled) reaches the agent only when the run is resumed, which the
+    front-ends say.
+    """
 
     queued: bool
     resumed: bool
+    run_status: str
 
-    def to_dict(self) -> dict[str, bool]:
-        """``{"queued": ..., "resumed": ...}``."""
-        return {"queued": self.queued, "resumed": self.resumed}
+    def to_dict(self) -> dict[str, Any]:
+        """``{"queued": ..., "resumed": ..., "run_status": ...}``."""
+        return {"queued": self.queued, "resumed": self.resumed, "run_status": self.run_status}
 
 
 class Resumer(Protocol):
@@ -158,7 +165,8 @@ class AnswerService:
             answer = lifecycle.check_fits(found, answer)
         result = await self.store.answer(interaction_id, answer, answered_by=answered_by)
         resumed = await self._resume_if_ready(run_id, interaction_id, answered_by)
-        return AnswerOutcome(result.message is not None, resumed)
+        status = (await self.store.get_run(run_id)).status
+        return AnswerOutcome(result.message is not None, resumed, status)
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
@@ -182,7 +190,7 @@ class AnswerService:
         for iid, value in checked.items():
             await self.store.answer(iid, value, answered_by=answered_by)
         resumed = await self._resume_if_ready(run_id, None, answered_by)
-        return AnswerOutcome(False, resumed)
+        return AnswerOutcome(False, resumed, (await self.store.get_run(run_id)).status)
 
     async def _resume_if_ready(self, run_id: str, answered: str | None, by: str) -> bool:
         run = await self.store.get_run(run_id)

@@ -106,13 +106,13 @@ class HolderOrFileService:
 
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
-    ) -> dict[str, bool]:
+    ) -> dict[str, Any]:
         """Answer one question (its owner resumes a parked run it completes)."""
         return await self._store_service.answer(run_id, interaction_id, answer, answered_by)
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
-    ) -> dict[str, bool]:
+    ) -> dict[str, Any]:
         """Answer what a paused run waits on."""
         return await self._store_service.answer_human(run_id, answers, answered_by)
 

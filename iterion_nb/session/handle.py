@@ -140,7 +140,7 @@ class RunHandle:
 
     async def answer(
         self, interaction_id: str, answer: Any, *, answered_by: str = "python"
-    ) -> dict[str, bool]:
+    ) -> dict[str, Any]:
         """Answer one of the run's questions; returns ``{"queued", "resumed"}``.
 
         An async question's answer is queued for the agent (the run goes on or

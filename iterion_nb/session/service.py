@@ -43,14 +43,14 @@ class SessionService:
 
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
-    ) -> dict[str, bool]:
+    ) -> dict[str, Any]:
         """Answer one question of a run."""
         outcome = await self.session.answers.answer(run_id, interaction_id, answer, answered_by)
         return outcome.to_dict()
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
-    ) -> dict[str, bool]:
+    ) -> dict[str, Any]:
         """Answer what a paused run waits on, then resume it."""
         outcome = await self.session.answers.answer_human(run_id, answers, answered_by)
         return outcome.to_dict()

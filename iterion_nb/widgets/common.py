@@ -16,7 +16,7 @@ from iterion_nb.errors import IterionError
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
 #: ``answer(run_id, interaction_id, answer, answered_by) -> {"queued", "resumed"}``
-AnswerFn = Callable[[str, str, Any, str], Awaitable[dict[str, bool]]]
+AnswerFn = Callable[[str, str, Any, str], Awaitable[dict[str, Any]]]
 
 #: Names a front-end may send that name nobody: empty, classic Notebook's
 #: placeholder, or the random id JupyterLab gives an anonymous user.

@@ -115,7 +115,7 @@ async def test_questions_answered_over_rest_reach_the_agent(
         status, body = await asyncio.to_thread(
             call, f"{base}/interactions/{iid}/answer", "POST", {"answer": answer}, token
         )
-        assert (status, body) == (200, {"queued": True, "resumed": False})
+        assert (status, body) == (200, {"queued": True, "resumed": False, "run_status": "running"})
     status, again = await asyncio.to_thread(
         call, f"{base}/interactions/{ids[1]}/answer", "POST", {"answer": "twice"}, token
     )
@@ -137,7 +137,7 @@ async def test_answer_human_resumes_a_paused_run(served: tuple[Session, str, str
     status, body = await asyncio.to_thread(
         call, base + "/answer-human", "POST", {"answer": "yes"}, token
     )
-    assert (status, body) == (200, {"queued": False, "resumed": True})
+    assert status == 200 and body.items() >= {"queued": False, "resumed": True}.items()
     assert await run.wait(10) == "finished"
     assert run.outputs["ok"] == {"text": "yes"}
     status, body = await asyncio.to_thread(

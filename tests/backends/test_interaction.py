@@ -119,7 +119,11 @@ async def test_an_answer_given_mid_run_is_in_the_next_turn(harness_factory: Any)
     ]}})  # fmt: skip
     run = await h.start(agent_flow())
     (question,) = await questions(run, 1)
-    assert await run.answer(question.id, "formal") == {"queued": True, "resumed": False}
+    assert await run.answer(question.id, "formal") == {
+        "queued": True,
+        "resumed": False,
+        "run_status": "running",
+    }
     HOLD.set()
     assert await run.wait(10) == "finished", run.error
     text = h.last_user_text("writer", 1)
@@ -175,8 +179,15 @@ async def test_await_tool_pauses_and_resumes_itself_with_all_answers(
     assert pause.question == "need both"
     with pytest.raises(InvalidAnswerError, match="answer the questions it waits on"):
         await run.answer(pause.id, "go on")  # refused: it would do nothing
-    assert await run.answer(asked[0].id, "formal") == {"queued": True, "resumed": False}
-    assert await run.answer(asked[1].id, "short") == {"queued": True, "resumed": True}
+    assert await run.answer(asked[0].id, "formal") == {
+        "queued": True,
+        "resumed": False,
+        "run_status": "paused_waiting_human",
+    }
+    assert (await run.answer(asked[1].id, "short")).items() >= {
+        "queued": True,
+        "resumed": True,
+    }.items()
     assert await run.wait(10) == "finished", run.error
     last = h.last_user_text("writer", 2)
     assert '"answer": "formal"' in last and '"answer": "short"' in last
@@ -217,7 +228,10 @@ async def test_ask_user_pauses_and_resume_continues_the_same_conversation(
     assert await run.wait(10) == "paused_waiting_human"
     (question,) = await run.pending_questions()
     assert question.kind == "ask_user"
-    assert await run.answer(question.id, "data scientists") == {"queued": False, "resumed": True}
+    assert (await run.answer(question.id, "data scientists")).items() >= {
+        "queued": False,
+        "resumed": True,
+    }.items()
     assert await run.wait(10) == "finished", run.error
     first, second = h.turns("writer")
     assert second[: len(first)] == first  # the same conversation, not a re-rendered prompt
@@ -247,9 +261,16 @@ async def test_answers_given_while_paused_arrive_after_resume(harness_factory: A
     run = await h.start(agent_flow())
     assert await run.wait(10) == "paused_waiting_human"
     by_kind = {q.kind: q for q in await run.pending_questions()}
-    assert await run.answer(by_kind["async"].id, "formal") == {"queued": True, "resumed": False}
+    assert await run.answer(by_kind["async"].id, "formal") == {
+        "queued": True,
+        "resumed": False,
+        "run_status": "paused_waiting_human",
+    }
     assert run.status == "paused_waiting_human"
-    assert await run.answer(by_kind["ask_user"].id, "yes") == {"queued": False, "resumed": True}
+    assert (await run.answer(by_kind["ask_user"].id, "yes")).items() >= {
+        "queued": False,
+        "resumed": True,
+    }.items()
     assert await run.wait(10) == "finished", run.error
     text = h.last_user_text("writer", 2)
     assert "yes" in text and "A: formal" in text
@@ -371,7 +392,10 @@ async def test_a_blocking_call_beside_another_still_pauses(harness_factory: Any)
     assert await run.wait(30) == "paused_waiting_human"
     pending = {q.kind: q for q in await run.pending_questions()}
     assert sorted(pending) == ["ask_user", "async"]
-    assert await run.answer(pending["ask_user"].id, "yes") == {"queued": False, "resumed": True}
+    assert (await run.answer(pending["ask_user"].id, "yes")).items() >= {
+        "queued": False,
+        "resumed": True,
+    }.items()
     assert await run.wait(30) == "finished", run.error
     text = h.last_user_text("writer", 1)
     assert "question posted" in text and "yes" in text  # both calls' results, one turn later

@@ -154,7 +154,7 @@ def test_run_answer_wait_through_the_magics(
     table = ok(shell, "%iterion runs")
     assert handle.id in repr(table) and "notes" in repr(table)
     said = ok(shell, "%iterion answer {r.id} {q.id} formal")
-    assert said == {"queued": True, "resumed": False}
+    assert said == {"queued": True, "resumed": False, "run_status": "running"}
     assert repr(said) == "Sent — the agent reads it at its next turn"
     assert ok(shell, "%iterion wait {r.id}") == "finished"
     assert handle.outputs["writer"] == {"text": "a draft"}
@@ -291,7 +291,7 @@ def test_answer_if_pending_leaves_an_answered_question_alone(shell: InteractiveS
     ok(shell, "await r.answer(q.id, 'formal', answered_by='ada')")  # the person clicked
     said = ok(shell, "%iterion answer {r.id} {q.id} casual --if-pending")
     assert repr(said) == "Already answered by ada: 'Formal' — nothing sent"
-    assert said == {"queued": False, "resumed": False}
+    assert (said["queued"], said["resumed"]) == (False, False)  # nothing sent
     assert ok(shell, "%iterion wait {r.id}") == "finished"
     assert handle.outputs["gate"]["answers"][0]["answer"] == "formal"
 

@@ -108,7 +108,7 @@ async def test_a_parked_run_resumes_in_its_owner_whoever_answers(db: Path, tmp_p
             await other.resume(run.id)  # parked with its owner: answer it instead
         (question,) = await other.run(run.id).pending_questions()
         outcome = await other.run(run.id).answer(question.id, "yes", answered_by="ana")
-        assert outcome == {"queued": False, "resumed": True}
+        assert outcome.items() >= {"queued": False, "resumed": True}.items()
         assert await other.run(run.id).wait(10) == "finished"
         assert other.engine(run.id) is None  # it ran in its owner's session
         events = await run.events()
