@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import logging
 import select
 import threading
@@ -78,24 +79,49 @@ OUTAGE_TIMEOUT = 300.0
 CONNECTION_WAIT = 30.0
 
 
+#: A write's settling check found it did not land: the call may simply be made again.
+NOT_LANDED: Any = object()
+#: How a write whose connection was lost finds out whether it landed: its result if it
+#: did, :data:`NOT_LANDED` if not (it runs on a fresh connection once the server answers).
+Settle = Callable[[], Awaitable[Any]]
+
+
 class _Attempt:
     """One try of a store call: until when it may wait, and whether a write may have landed."""
 
-    __slots__ = ("deadline", "unsure")
+    __slots__ = ("backend", "deadline", "settle", "unsure")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
         self.unsure = False
+        self.settle: Settle | None = None
+        #: The server process of the connection the undecided write went on.
+        self.backend: int | None = None
 
 
 _attempt: contextvars.ContextVar[_Attempt] = contextvars.ContextVar("iterion_nb_pg_attempt")
 
 
-def _unsure() -> None:
-    """From here, a lost connection leaves this attempt's write undecided: not retried."""
+def _unsure(conn: Conn, settle: Settle | None = None) -> None:
+    """From here, a lost connection leaves this attempt's write on ``conn`` undecided.
+
+    With ``settle`` the call finds out, once the server answers and the
+    connection's server process is gone, whether it landed (then that is its
+    result) or not (then it is made again); without it, the call fails with a
+    StoreError that says so.
+    """
     attempt = _attempt.get(None)
     if attempt is not None:
         attempt.unsure = True
+        attempt.settle = settle
+        attempt.backend = conn.info.backend_pid
+
+
+async def _xid(conn: Conn) -> int | None:
+    """The id of the connection's transaction, if it wrote anything (else None)."""
+    cur = await conn.execute("SELECT pg_current_xact_id_if_assigned()::text::bigint")
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 async def check_lent(conn: Conn) -> None:
@@ -203,6 +229,9 @@ class PgBase:
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._flush_error: BaseException | None = None
+        #: A batch whose COMMIT lost its connection: its transaction id, the server
+        #: process that ran it, its rows and checkpoints.
+        self._unsettled: tuple[int, int, list[tuple[Any, ...]], dict[str, Any]] | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._known_runs: set[str] = set()
         #: The claimant each run this process took is held under (run id -> claimant id):
@@ -225,7 +254,7 @@ class PgBase:
     def _scrub(self, text: str) -> str:
         return text.replace(self._password, "***") if self._password else text
 
-    def _failure(self, err: BaseException) -> StoreError:
+    def _failure(self, err: BaseException | str) -> StoreError:
         return StoreError(self._scrub(f"the run store {self.display_url} failed: {err}"))
 
     async def _guarded(self, work: Callable[[], Awaitable[T]], *, wait: bool = True) -> T:
@@ -235,7 +264,10 @@ class PgBase:
         up to ``outage_timeout`` seconds, so runs wait and go on: a connection
         lost before anything could commit leaves nothing behind. A connection
         lost while a write may have committed (its COMMIT, or an autocommit
-        write) is not retried: that StoreError says what happened.
+        write) is settled: once the server answers, the call asks whether the
+        write landed (its transaction's status, or what the write would have
+        left) and returns as if nothing had happened, or makes the call again.
+        A write that cannot be settled fails with a StoreError that says so.
         """
         loop = asyncio.get_running_loop()
         delay, deadline = 0.05, loop.time() + (self.outage_timeout if wait else CONNECTION_WAIT)
@@ -249,6 +281,14 @@ class PgBase:
                     self.back_at = time.monotonic()
                 return result
             except CONNECTION_ERRORS as err:
+                settle = attempt.settle if attempt.unsure else None
+                if wait and settle is not None and not self._closing:
+                    _attempt.reset(token)
+                    token = _attempt.set(_Attempt(deadline))  # settling writes nothing
+                    outcome = await self._settled(settle, attempt.backend, deadline, err)
+                    if outcome is not NOT_LANDED:
+                        return outcome  # type: ignore[no-any-return]
+                    attempt.unsure = False  # it did not land: make the call again
                 if not wait or attempt.unsure or self._closing or loop.time() >= deadline:
                     raise self._failure(err) from None
                 if not away:
@@ -260,6 +300,71 @@ class PgBase:
                 _attempt.reset(token)
             await asyncio.sleep(delay)
             delay = min(2.0, delay * 2)
+
+    async def _settled(
+        self, settle: Settle, backend: int | None, deadline: float, lost: BaseException
+    ) -> Any:
+        """Did a write whose connection was lost land? ``settle()``, through an outage.
+
+        First the lost connection's server process must be gone (it may not have
+        noticed the loss, and could still commit what it was sent): then what
+        the write left is final. Returns ``settle()``'s result (NOT_LANDED if the
+        write did not land); a StoreError if the server is not back by ``deadline``.
+        """
+        loop = asyncio.get_running_loop()
+        delay = 0.05
+        while True:
+            try:
+                if backend is not None:
+                    await self._ended(backend, deadline)
+                return await settle()
+            except CONNECTION_ERRORS:
+                if self._closing or loop.time() >= deadline:
+                    unknown = "whether the write landed is unknown: the server is not back"
+                    raise self._failure(f"{lost} ({unknown})") from None
+            except psycopg.Error as err:
+                raise self._failure(err) from None
+            await asyncio.sleep(delay)
+            delay = min(2.0, delay * 2)
+
+    async def _ended(self, backend: int, deadline: float) -> None:
+        """Stop the server process ``backend`` (a lost connection's) and wait until it is gone.
+
+        It either finished what it was sent or, stopped, rolls back; either way
+        it writes nothing more. Server process ids are not reused while a
+        server runs for years of connections, so the id names that process.
+        """
+        loop = asyncio.get_running_loop()
+        delay = 0.01
+        while True:
+            async with self._connection() as conn:
+                cur = await conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s",
+                    [backend],
+                )
+                if await cur.fetchone() is None:
+                    return
+            if loop.time() >= deadline:
+                raise psycopg.OperationalError(f"server process {backend} does not stop")
+            await asyncio.sleep(delay)
+            delay = min(0.5, delay * 2)
+
+    async def _xact_landed(self, xid: int, result: T) -> T | Any:
+        """``result`` if the transaction ``xid`` committed; NOT_LANDED if it did not.
+
+        Asked once its server process is gone (see :meth:`_ended`), when the
+        transaction is over either way.
+        """
+        async with self._connection() as conn:
+            cur = await conn.execute("SELECT pg_xact_status(%s::text::xid8)", [str(xid)])
+            row = await cur.fetchone()
+        status = row[0] if row else None
+        if status == "committed":
+            return result
+        if status == "aborted":
+            return NOT_LANDED
+        # in progress (its process not gone after all), or too old to ask: unknown
+        raise psycopg.OperationalError(f"transaction {xid}: status {status!r}")
 
     async def _call(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work()`` on the store's loop and await it from any loop.
@@ -284,15 +389,22 @@ class PgBase:
             wait = min(wait, max(0.1, attempt.deadline - asyncio.get_running_loop().time()))
         return self._pooled().connection(timeout=wait)
 
-    async def _read(self, body: Callable[[Conn], Awaitable[T]], *, writes: bool = False) -> T:
+    async def _read(
+        self,
+        body: Callable[[Conn], Awaitable[T]],
+        *,
+        writes: bool = False,
+        settle: Settle | None = None,
+    ) -> T:
         """On the loop: ``body`` on a pooled connection, outside any transaction.
 
         ``writes``: its statement commits on its own (autocommit), so a connection
-        lost once it was sent leaves it undecided (see :meth:`_guarded`).
+        lost once it was sent leaves it undecided: ``settle`` finds out whether it
+        landed from what it would have left (see :meth:`_guarded`).
         """
         async with self._connection() as conn:
             if writes:
-                _unsure()
+                _unsure(conn, settle)
             return await body(conn)
 
     async def _transact(
@@ -309,7 +421,9 @@ class PgBase:
             try:
                 async with self._connection() as conn, conn.transaction():
                     result = await body(conn)
-                    _unsure()  # committing now
+                    xid = await _xid(conn)
+                    if xid is not None:  # committing a write now: settled by its status
+                        _unsure(conn, functools.partial(self._xact_landed, xid, result))
                     return result
             except psycopg.errors.DeadlockDetected:
                 if attempt == 2:
@@ -366,19 +480,41 @@ class PgBase:
 
     async def _write_buffer(self, checkpoints: bool) -> None:
         """On the loop, under the flush lock: one transaction for the waiting batch."""
+        await self._settle_batch()
         rows, due = self._buffer.take(checkpoints)
         if not rows and not due:
             return
-        written = False
+        xid: int | None = None
+        backend = 0
+        committed = False
         try:
             async with self._connection() as conn:
+                backend = conn.info.backend_pid
                 async with conn.transaction():
                     await self._write_batch(conn, rows, due)
-                written = True
+                    xid = await _xid(conn)
+                committed = True
         except (*CONNECTION_ERRORS, asyncio.CancelledError):
-            if not written:
+            if committed:
+                raise
+            if xid is None:
                 self._buffer.restore(rows, due)  # nothing was written: try again later
+            else:  # lost while committing: settled before anything else is written
+                self._unsettled = (xid, backend, rows, due)
             raise
+
+    async def _settle_batch(self) -> None:
+        """A batch whose COMMIT lost its connection: written (done) or not (put back).
+
+        Until that is known nothing else is written, so events keep their order.
+        """
+        if self._unsettled is None:
+            return
+        xid, backend, rows, due = self._unsettled
+        await self._ended(backend, asyncio.get_running_loop().time() + self.outage_timeout)
+        if await self._xact_landed(xid, True) is NOT_LANDED:
+            self._buffer.restore(rows, due)
+        self._unsettled = None
 
     async def _write_batch(
         self, conn: Conn, rows: list[tuple[Any, ...]], checkpoints: dict[str, Any]
@@ -422,7 +558,7 @@ class PgBase:
         failures = 0
         while True:
             wait = self._buffer.wait_time()
-            if wait is None or wait > 0:
+            if self._unsettled is None and (wait is None or wait > 0):
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)

@@ -33,7 +33,7 @@ from iterion_nb.runtime.records import (
     encode_json,
 )
 from iterion_nb.store.duckdb_rows import INTERACTION_COLUMNS, RUN_COLUMNS, run_from_row
-from iterion_nb.store.postgres_base import Conn, PgBase, check_text
+from iterion_nb.store.postgres_base import NOT_LANDED, Conn, PgBase, check_text
 
 _CLEAR_LEASE = (
     "owner_id = NULL, owner_pid = NULL, owner_host = NULL, owner_since = NULL,"
@@ -89,6 +89,13 @@ class PgRuns(PgBase):
         if row is None:
             raise NotFoundError("run", run_id)
         return run_from_row(row)
+
+    async def _run_if_any(self, conn: Conn, run_id: str) -> Run | None:
+        """On the loop: the run as stored, or None if there is no such run."""
+        try:
+            return await self._stored_run(conn, run_id)
+        except NotFoundError:
+            return None
 
     async def _locked_run(self, conn: Conn, run_id: str) -> tuple[Run, datetime]:
         """On the loop, in a transaction: the run as stored, locked, and the transaction's time.
@@ -149,7 +156,21 @@ class PgRuns(PgBase):
             now = self._clock() if self._clock is not None else row[-1].astimezone(UTC)
             return effective_status(run_from_row(row[:-1]), now)
 
-        created = await self._call(lambda: self._read(body, writes=True))
+        async def landed() -> Run | Any:
+            """After a lost reply: the run, if this call created it (else NOT_LANDED)."""
+            async with self._connection() as conn:
+                stored = await self._run_if_any(conn, run.id)
+                now = await self._now(conn)
+            if stored is None:
+                return NOT_LANDED
+            holder = stored.lease.owner if stored.lease is not None else None
+            ours = (holder == owner.id) if owner is not None else (
+                holder is None and stored.created_at == run.created_at
+                and stored.source_hash == run.source_hash
+            )  # fmt: skip
+            return effective_status(stored, now) if ours else NOT_LANDED
+
+        created = await self._call(lambda: self._read(body, writes=True, settle=landed))
         self._known_runs.add(run.id)
         if owner is not None:
             self._held[run.id] = owner.id
@@ -299,10 +320,19 @@ class PgRuns(PgBase):
                 return None
             return effective_status(run_from_row(row[:-1]), row[-1].astimezone(UTC))
 
+        async def handed_over_landed() -> Run | Any:
+            """After a lost reply: the run, if the hand-over made ``owner`` its holder."""
+            async with self._connection() as conn:
+                stored = await self._run_if_any(conn, run_id)
+                now = await self._now(conn)
+            if stored is None or stored.lease is None or stored.lease.owner != owner.id:
+                return NOT_LANDED
+            return effective_status(stored, now) if stored.status == "running" else NOT_LANDED
+
         async def take() -> Run:
             if take_from is not None and self._clock is None and "interrupted" in statuses:
                 await self._flushed(True)
-                handed = await self._read(handed_over, writes=True)
+                handed = await self._read(handed_over, writes=True, settle=handed_over_landed)
                 if handed is not None:
                     return handed
             # anything else (a lapsed or dead holder, an owner re-taking its parked run,

@@ -54,7 +54,13 @@ from iterion_nb.store.duckdb_rows import (
     interaction_from_row,
     message_from_row,
 )
-from iterion_nb.store.postgres_base import OUTAGE_TIMEOUT, Conn, check_lent, check_text
+from iterion_nb.store.postgres_base import (
+    NOT_LANDED,
+    OUTAGE_TIMEOUT,
+    Conn,
+    check_lent,
+    check_text,
+)
 from iterion_nb.store.postgres_listener import Listener
 from iterion_nb.store.postgres_questions import PgQuestions
 from iterion_nb.store.postgres_runs import INTERACTION_VALUES, interaction_params
@@ -405,14 +411,24 @@ class PostgresStore(PgQuestions):
     async def drain_messages(
         self, run_id: str, node_id: str, *, token: str | None = None, repeated: bool = False
     ) -> list[QueuedMessage]:
+        # a drain whose reply is lost is settled by what its token took
+        token = token or uuid.uuid4().hex
+
+        async def taken_by_token(conn: Conn) -> list[QueuedMessage]:
+            cur = await conn.execute(
+                f"SELECT n, {MESSAGE_COLUMNS} FROM messages WHERE drain_token = %s", [token]
+            )
+            return [message_from_row(r[1:]) for r in sorted(await cur.fetchall())]
+
+        async def landed() -> list[QueuedMessage] | Any:
+            async with self._connection() as conn:
+                return await taken_by_token(conn) or NOT_LANDED
+
         async def body(conn: Conn) -> list[QueuedMessage]:
-            if repeated and token:  # the first attempt may have landed: what did it take?
-                cur = await conn.execute(
-                    f"SELECT n, {MESSAGE_COLUMNS} FROM messages WHERE drain_token = %s", [token]
-                )
-                taken = sorted(await cur.fetchall())
+            if repeated:  # the first attempt may have landed: what did it take?
+                taken = await taken_by_token(conn)
                 if taken:
-                    return [message_from_row(r[1:]) for r in taken]
+                    return taken
             # one statement: concurrent drainers each get a message at most once
             cur = await conn.execute(
                 "UPDATE messages SET delivered_at = coalesce(%s::timestamptz, now()),"
@@ -425,7 +441,7 @@ class PostgresStore(PgQuestions):
 
         async def work() -> list[QueuedMessage]:
             await self._flushed(checkpoints=False)
-            return await self._read(body, writes=True)  # a repeat says what it took
+            return await self._read(body, writes=True, settle=landed)
 
         return await self._call(work)
 
