@@ -250,13 +250,14 @@ class Parser:
         if head.text == "attachments":
             return self._attachments_block(head)
         if head.text == "presets":
-            self._expect(TokenKind.COLON, "':' after 'presets'")
+            self._header_colon("'presets'")
             entries = self._block(self._property, head)
             return ast.PresetsDecl(tuple(entries), head.span.to(self._prev_span()))
         name = self._expect_ident(f"a name after '{head.text}'")
-        self._expect(TokenKind.COLON, f"':' after '{head.text} {name.text}'")
         if head.text == "prompt":
+            self._expect(TokenKind.COLON, f"':' after '{head.text} {name.text}'")
             return self._prompt(head, name)
+        self._header_colon(f"'{head.text} {name.text}'")
         if head.text == "schema":
             fields = self._block(self._field, name)
             return ast.SchemaDecl(
@@ -269,6 +270,22 @@ class Parser:
         return ast.NodeDecl(
             kind, name.text, name.span, tuple(props), head.span.to(self._prev_span())
         )
+
+    def _header_colon(self, header: str) -> None:
+        """The ':' ending a declaration's header; without it, an S001, and the block is read.
+
+        A header missing only its colon, above an indented block, is reported
+        once: its block is parsed as if the colon were there, so what is in it
+        (the node the workflow's edges name) is not reported missing as well.
+        """
+        if self._at(TokenKind.COLON):
+            self._advance()
+            return
+        found = f"expected ':' after {header}, found {self.tok.describe()}"
+        if self._at(TokenKind.NEWLINE) and self._peek().kind is TokenKind.INDENT:
+            self._error(found, self.tok.span)  # recorded; parsing goes on
+            return
+        raise self._error(found, self.tok.span)
 
     def _prev_span(self) -> Span:
         for index in range(self.pos - 1, -1, -1):
@@ -286,12 +303,12 @@ class Parser:
 
     # -- vars and schemas ------------------------------------------------
     def _vars_block(self, head: Token) -> ast.VarsDecl:
-        self._expect(TokenKind.COLON, "':' after 'vars'")
+        self._header_colon("'vars'")
         items = self._block(self._var, head)
         return ast.VarsDecl(tuple(items), head.span.to(self._prev_span()))
 
     def _attachments_block(self, head: Token) -> ast.AttachmentsDecl:
-        self._expect(TokenKind.COLON, "':' after 'attachments'")
+        self._header_colon("'attachments'")
         items = self._block(self._attachment, head)
         return ast.AttachmentsDecl(tuple(items), head.span.to(self._prev_span()))
 

@@ -108,3 +108,21 @@ def test_every_node_keyword_parses() -> None:
     assert [d.kind for d in module.declarations if isinstance(d, ast.NodeDecl)] == list(
         ast.NODE_KEYWORDS
     )
+
+
+def test_a_header_missing_only_its_colon_is_one_error_not_three() -> None:
+    from iterion_nb.ir.compile import analyze
+
+    text = 'agent a\n  model: "scripted"\n\nworkflow w\n  entry: a\n  a -> done\n'
+    result = analyze(text, "t.iter")
+    found = [(d.code, d.line, d.message) for d in result.diagnostics]
+    assert found == [
+        ("S001", 1, "expected ':' after 'agent a', found end of line"),
+        ("S001", 4, "expected ':' after 'workflow w', found end of line"),
+    ]  # not also "entry 'a' is not a declared node", "unknown node 'a'", "no workflow"
+    assert result.workflow is None  # still an error: nothing runs
+
+
+def test_a_header_missing_its_colon_without_a_block_still_stops_there() -> None:
+    _, diags = parse("agent a\nworkflow w:\n  entry: a\n")
+    assert [(d.code, d.line) for d in diags] == [("S001", 1)]
