@@ -158,6 +158,12 @@ class PgProxy:
             self.fired.clear()
             self._armed = (pattern, mode)
 
+    @property
+    def armed(self) -> bool:
+        """Whether a loss waits for its statement."""
+        with self._lock:
+            return self._armed is not None
+
     def matches(self, message: bytes) -> bool:
         with self._lock:
             return self._armed is not None and self._armed[0] in message

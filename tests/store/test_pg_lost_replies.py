@@ -10,15 +10,20 @@ had happened, and what it wrote is there exactly once.
 from __future__ import annotations
 
 import asyncio
+import random
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+import iterion_nb as it
 from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.records import Interaction, Run
+from iterion_nb.session import Session
 from iterion_nb.store.postgres_store import PostgresStore, open_postgres_store
 from tests.pgproxy import Mode, PgProxy
 
@@ -137,3 +142,40 @@ async def test_messages_drained_whose_reply_is_lost_reach_the_drainer(
     assert fired(faulty.proxy)
     assert [m.text for m in drained] == ["one", "two"]  # taken once, and handed over
     assert await direct.drain_messages("r1", "asker") == []
+
+
+CHAIN = "\n".join(
+    [f'tool t{n}:\n  command: "echo t{n} >> ran.txt; sleep 0.05"\n' for n in range(12)]
+    + ["workflow w:", "  entry: t0"]
+    + [f"  t{n} -> t{n + 1}" for n in range(11)]
+    + ["  t11 -> done", ""]
+)
+
+
+async def test_a_run_whose_commits_keep_losing_replies_runs_each_node_once(
+    postgres_url: str, proxy: PgProxy, tmp_path: Path
+) -> None:
+    """A campaign: while a run goes, its COMMITs keep losing their reply, or themselves."""
+    schema = f"lost_{uuid.uuid4().hex[:12]}"
+    session = Session(f"{proxy.url(postgres_url)}&schema={schema}", workdir=tmp_path)
+    chaos = random.Random(16)
+    losses = 0
+    try:
+        run = await session.start(it.compile(CHAIN))
+        deadline = time.monotonic() + 60
+        while run.status in ("created", "running") and time.monotonic() < deadline:
+            if chaos.random() < 1 / 2 and not proxy.armed:
+                proxy.arm(b"COMMIT", chaos.choice(MODES))
+            await asyncio.sleep(0.01)
+            losses += proxy.fired.is_set()
+            proxy.fired.clear()
+            await run.refresh()
+        assert await run.wait(60) == "finished", run.error
+        assert losses >= 5  # the campaign did bite
+        assert (tmp_path / "ran.txt").read_text().split() == [f"t{n}" for n in range(12)]
+        events = await session.store.events(run.id)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        finished = [e.node_id for e in events if e.type == "node_finished"]
+        assert finished == [f"t{n}" for n in range(12)]  # none doubled, none lost
+    finally:
+        await session.close()
