@@ -1,7 +1,17 @@
-"""Mounting the API's handlers in a Jupyter server, and the service they talk to."""
+"""Mounting the API's handlers in a Jupyter server, the service they talk to, and stopping it.
+
+The extension is an :class:`~jupyter_server.extension.application.ExtensionApp`
+so that the server tells it when it stops (``POST /api/shutdown``, SIGTERM,
+Ctrl-C): it then ends its event streams, stops serving the store to other
+processes (they take the file over) and closes the store, before the server's
+loop stops. Left to the interpreter's exit, the threads that serve and write
+the store would be cut off mid-call (a crash at exit, or a hang).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -9,16 +19,20 @@ from typing import Any
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 
-from iterion_nb.api.handlers import routes
+from iterion_nb.api.handlers import routes, scrub
 from iterion_nb.api.holder import StoreService, open_served_store
+from iterion_nb.errors import StoreError
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store import resolve_store_path
 from iterion_nb.store.location import DEFAULT_DIR, STORE_ENV, mask_url, store_url
 
 #: Where the API is mounted, under the server's base URL.
 PREFIX = "iterion"
+#: What a request gets while the server stops (503: the store is no longer served here).
+STOPPING = "the Jupyter server is stopping"
 
 
 class JupyterAuth(APIHandler):
@@ -33,17 +47,36 @@ class JupyterAuth(APIHandler):
         await super().prepare()
         if self.current_user is None:
             raise tornado.web.HTTPError(403, "not authenticated: use Jupyter's token or log in")
+        service = self.settings.get("iterion_nb_service")
+        if service is not None and service.stopping:
+            raise tornado.web.HTTPError(503, STOPPING)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        """Jupyter's refusals (403) and tornado's errors, in the API's JSON shape."""
+        """Jupyter's refusals (403), an unknown route (404), tornado's errors: as the API's JSON."""
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, tornado.web.HTTPError) and status_code == 403:
-            message = exc.log_message or "not authenticated: use Jupyter's token or log in"
+        logged = exc.log_message if isinstance(exc, tornado.web.HTTPError) else None
+        if status_code == 403:
+            message = logged or "not authenticated: use Jupyter's token or log in"
             code = "forbidden"
+        elif status_code == 404:
+            message, code = "no such route", "not_found"
+        elif status_code == 503 and logged == STOPPING:
+            message, code = logged, "stopping"
+        elif status_code >= 500:
+            message, code = "internal error (logged by the server)", "internal_error"
         else:
             message, code = self._reason, "http_error"
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"code": code, "message": message}))
+
+
+class JupyterNotFound(JupyterAuth):
+    """Any other path under ``/iterion/api``: a JSON 404, after Jupyter's checks."""
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        """Jupyter's checks first (no identity: 403), then: no such route."""
+        await super().prepare()
+        raise tornado.web.HTTPError(404)
 
 
 def jupyter_routes(service: Any, base_url: str) -> list[tuple[str, type, dict[str, Any]]]:
@@ -54,6 +87,11 @@ def jupyter_routes(service: Any, base_url: str) -> list[tuple[str, type, dict[st
         cls = type(f"Jupyter{handler.__name__}", (JupyterAuth, handler), {})
         mounted.append((path, cls, args))
     return mounted
+
+
+def not_found_route(base_url: str) -> tuple[str, type, dict[str, Any]]:
+    """Every other path under ``{base_url}iterion/api``: JSON 404 (mount it after the others)."""
+    return (url_path_join(base_url, PREFIX, "api") + "(?:/.*)?", JupyterNotFound, {})
 
 
 class HolderOrFileService:
@@ -68,10 +106,17 @@ class HolderOrFileService:
     this store, whoever holds the file.
     """
 
+    #: Seconds :meth:`close` gives the event streams to end their responses.
+    STREAMS_GRACE = 2.0
+
     def __init__(self, store_path: str | None = None) -> None:
         #: The DuckDB file, or the store's URL (a PostgreSQL store: no file, no holder).
         self.path: Path | str = store_url(store_path) or resolve_store_path(store_path)
         self._service: StoreService | None = None
+        #: Set by :meth:`close`: the server stops; nothing opens the store again.
+        self.stopping = False
+        #: The open event streams: each one's wake-up, set when it has ended (see :meth:`stream`).
+        self._streams: dict[asyncio.Event, asyncio.Event] = {}
 
     @property
     def store(self) -> Store:
@@ -80,9 +125,41 @@ class HolderOrFileService:
 
     @property
     def _store_service(self) -> StoreService:
+        if self.stopping:
+            raise StoreError(STOPPING)
         if self._service is None:
             self._service = StoreService(open_served_store(self.path))
         return self._service
+
+    @contextlib.contextmanager
+    def stream(self, wake: asyncio.Event) -> Any:
+        """Count an event stream as open while in the block; :meth:`close` sets ``wake``."""
+        ended = asyncio.Event()
+        self._streams[wake] = ended
+        try:
+            yield
+        finally:
+            del self._streams[wake]
+            ended.set()
+
+    async def close(self) -> None:
+        """Stop serving, as the server stops: end the streams, stop the holder, close the store.
+
+        Other processes using the store through this server find it gone and
+        take the file over. The store is closed off the server's loop, so
+        requests the holder is still answering on it can finish meanwhile.
+        """
+        self.stopping = True
+        ends = []
+        for wake, ended in list(self._streams.items()):
+            wake.set()
+            ends.append(ended.wait())
+        if ends:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*ends), self.STREAMS_GRACE)
+        service, self._service = self._service, None
+        if service is not None:
+            await asyncio.to_thread(asyncio.run, service.store.close())
 
     async def list_runs(self, status: str | None, limit: int) -> list[Any]:
         """Runs, newest first."""
@@ -133,7 +210,7 @@ def server_store(serverapp: Any) -> str:
     return str(Path(getattr(serverapp, "root_dir", None) or os.getcwd()) / DEFAULT_DIR)
 
 
-def load(serverapp: Any) -> None:
+def load(serverapp: Any) -> HolderOrFileService:
     """Mount the API in a running Jupyter server, and give its kernels the same store.
 
     The rule: a kernel this server starts and the server itself use one
@@ -151,11 +228,44 @@ def load(serverapp: Any) -> None:
 
     web_app = serverapp.web_app
     base_url = web_app.settings["base_url"]
-    web_app.add_handlers(".*$", lab_routes(service, base_url) + jupyter_routes(service, base_url))
+    mounted = lab_routes(service, base_url) + jupyter_routes(service, base_url)
+    web_app.add_handlers(".*$", [*mounted, not_found_route(base_url)])
     web_app.settings["iterion_nb_service"] = service
     shown = mask_url(service.path) if isinstance(service.path, str) else service.path
     serverapp.log.info("iterion_nb: REST API at %s, store %s", url_path_join(
         web_app.settings["base_url"], PREFIX, "api/runs"), shown)  # fmt: skip
+    return service
 
 
-__all__ = ["HolderOrFileService", "JupyterAuth", "jupyter_routes", "load", "server_store"]
+class IterionExtension(ExtensionApp):
+    """The server extension: mounts the API when loaded, stops serving the store when stopped."""
+
+    name = "iterion_nb"
+    load_other_extensions = True
+    service: HolderOrFileService | None = None
+
+    def initialize_handlers(self) -> None:
+        """Mount the routes (:func:`load`)."""
+        self.service = load(self.serverapp)
+
+    async def stop_extension(self) -> None:
+        """End the streams, stop the holder, close the store: :meth:`HolderOrFileService.close`."""
+        if self.service is None:
+            return
+        try:
+            await self.service.close()
+        except Exception as err:  # the server stops all the same; say why the store did not close
+            self.log.warning("iterion_nb: closing the store failed: %s", scrub(str(err)))
+        else:
+            self.log.info("iterion_nb: stopped serving the store")
+
+
+__all__ = [
+    "HolderOrFileService",
+    "IterionExtension",
+    "JupyterAuth",
+    "jupyter_routes",
+    "load",
+    "not_found_route",
+    "server_store",
+]

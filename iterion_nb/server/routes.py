@@ -71,6 +71,7 @@ class InboxEventsHandler(ServerRoute):
     Events: ``inbox`` (data: the snapshot as JSON), ``problem`` (data:
     ``{code, message}``: the store could not be read; the stream goes on and
     tries again). A comment line every :data:`KEEPALIVE` seconds otherwise.
+    The response ends when the client goes away or the server stops.
     """
 
     # An open sidebar is not activity: it must not keep an idle server from being culled.
@@ -85,8 +86,9 @@ class InboxEventsHandler(ServerRoute):
         super().on_connection_close()
 
     async def get(self) -> None:  # noqa: D102
+        service = self.service
         try:
-            store = self.service.store  # type: ignore[attr-defined]
+            store = service.store  # type: ignore[attr-defined]
         except IterionError as err:
             self._fail(api_error(err))
             return
@@ -103,22 +105,23 @@ class InboxEventsHandler(ServerRoute):
         self.set_header("Content-Type", "text/event-stream; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Accel-Buffering", "no")
-        try:
-            await self._stream(store, wake)
-        except tornado.iostream.StreamClosedError:
-            pass
-        finally:
-            if unsubscribe is not None:
-                unsubscribe()
-            if ticket is not None:
-                ticket.close()
-            with contextlib.suppress(Exception):
-                if not self._finished:
-                    self.finish(set_content_type="text/event-stream; charset=UTF-8")
+        with service.stream(wake):  # type: ignore[attr-defined]  # the server's stop ends it
+            try:
+                await self._stream(store, wake)
+            except tornado.iostream.StreamClosedError:
+                pass
+            finally:
+                if unsubscribe is not None:
+                    unsubscribe()
+                if ticket is not None:
+                    ticket.close()
+                with contextlib.suppress(Exception):
+                    if not self._finished:
+                        await self.finish(set_content_type="text/event-stream; charset=UTF-8")
 
     async def _stream(self, store: Any, wake: asyncio.Event) -> None:
         last, written = "", time.monotonic()
-        while not self._gone:
+        while not self._gone and not self.service.stopping:  # type: ignore[attr-defined]
             wake.clear()
             try:
                 data = json.dumps(await snapshot(store), ensure_ascii=False, default=str)

@@ -272,3 +272,84 @@ def test_the_server_serves_a_postgresql_store_named_by_url(postgres_url: str) ->
         return [r.id for r in runs]
 
     assert aio.run(check()) == ["pg1"]
+
+
+@pytest.mark.parametrize(
+    ("method", "parts", "status", "code", "message"),
+    [
+        ("GET", ("nope",), 404, "not_found", "no such route"),
+        ("GET", (), 404, "not_found", "no such route"),  # the prefix itself
+        ("GET", ("runs", "r1", "answers", "x"), 404, "not_found", "no such route"),
+        ("POST", ("runs", "r1", "restart"), 404, "not_found", "no such route"),
+        ("DELETE", ("runs",), 405, "http_error", "Method Not Allowed"),
+        ("GET", ("runs", "r1", "cancel"), 405, "http_error", "Method Not Allowed"),
+    ],
+)
+def test_every_path_under_the_api_answers_json(
+    jp_asyncio_loop: Any, jp_fetch: Any, store_path: Path,
+    method: str, parts: tuple[str, ...], status: int, code: str, message: str,
+) -> None:  # fmt: skip
+    """An unknown route or a wrong method is the API's JSON, not Jupyter's HTML page."""
+    body = "{}" if method == "POST" else None
+    with pytest.raises(HTTPClientError) as info:
+        fetch(jp_asyncio_loop, jp_fetch, *parts, method=method, body=body)
+    assert info.value.code == status
+    response = info.value.response
+    assert response.headers["Content-Type"].startswith("application/json")
+    assert json.loads(response.body) == {"code": code, "message": message}
+
+
+def test_an_unknown_route_is_refused_without_jupyters_token_first(
+    jp_asyncio_loop: Any, jp_fetch: Any, jp_base_url: str, jp_http_port: int, store_path: Path
+) -> None:
+    fetch(jp_asyncio_loop, jp_fetch, "runs")
+    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}iterion/api/nope"
+
+    def call() -> urllib.error.HTTPError:
+        try:
+            urllib.request.urlopen(url, timeout=10)
+        except urllib.error.HTTPError as err:
+            return err
+        raise AssertionError("an unauthenticated request was served")
+
+    err = jp_asyncio_loop.run_until_complete(jp_asyncio_loop.run_in_executor(None, call))
+    assert (err.code, json.loads(err.read())["code"]) == (403, "forbidden")
+
+
+def test_resuming_a_run_another_process_executes_names_that_process(
+    jp_asyncio_loop: Any, jp_fetch: Any, live_run: subprocess.Popen[str]
+) -> None:
+    """As ``iterion-nb resume`` says: 409 ``run_owned`` naming the owner, not ``not_resumable``."""
+    loop = jp_asyncio_loop
+    for _ in range(200):
+        runs = fetch(loop, jp_fetch, "runs")["runs"]
+        if runs:
+            break
+        time.sleep(0.05)
+    (run,) = runs
+    with pytest.raises(HTTPClientError) as info:
+        fetch(loop, jp_fetch, "runs", run["id"], "resume", method="POST", body="{}")
+    assert info.value.code == 409
+    body = json.loads(info.value.response.body)
+    assert body["code"] == "run_owned" and body["run_id"] == run["id"]
+    assert body["owner"]["pid"] == live_run.pid
+    assert body["message"].startswith(f"run '{run['id']}' is owned by process {live_run.pid}")
+    assert "answer its questions, or stop that process" in body["message"]
+
+
+def test_once_the_extension_stopped_requests_are_told_the_server_is_stopping(
+    jp_asyncio_loop: Any, jp_fetch: Any, jp_serverapp: Any, store_path: Path
+) -> None:
+    """The server stopping: the store is let go (no holder file), and nothing reopens it."""
+    loop = jp_asyncio_loop
+    assert fetch(loop, jp_fetch, "runs") == {"runs": []}
+    assert holder_file(store_path).exists()
+    loop.run_until_complete(jp_serverapp.extension_manager.stop_all_extensions())
+    assert not holder_file(store_path).exists()
+    with pytest.raises(HTTPClientError) as info:
+        fetch(loop, jp_fetch, "runs")
+    assert info.value.code == 503
+    assert json.loads(info.value.response.body) == {
+        "code": "stopping", "message": "the Jupyter server is stopping"
+    }  # fmt: skip
+    assert not holder_file(store_path).exists()
