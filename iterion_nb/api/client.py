@@ -23,13 +23,24 @@ class HolderCallError(IterionError):
     With status 0, ``code`` is ``unreachable`` (nobody answered, or the reply
     was cut off or garbled) or ``untrusted`` (what answered is not the
     store's holder); ``sent`` says whether the request may have reached it.
+    ``body`` is the error's whole JSON body (its fields beyond ``code`` and
+    ``message``: a conflict's ``existing`` answer, say), empty with status 0.
     """
 
-    def __init__(self, status: int, code: str, message: str, *, sent: bool = True) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        sent: bool = True,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.sent = sent
+        self.body = body or {}
 
 
 class HolderClient:
@@ -74,6 +85,7 @@ class HolderClient:
             raise HolderCallError(0, "unreachable", f"{where} sent a garbled reply (HTTP {status})")
         if status >= 400:
             raise HolderCallError(
-                status, str(data.get("code", "holder_error")), str(data.get("message", status))
-            )
+                status, str(data.get("code", "holder_error")), str(data.get("message", status)),
+                body=data,
+            )  # fmt: skip
         return data

@@ -32,10 +32,10 @@ from iterion_nb.api.errlog import forget_this_thread, reroute_this_thread
 from iterion_nb.api.handlers import MAX_BODY, NotFoundHandler, routes
 from iterion_nb.api.service import RunService
 from iterion_nb.api.store_rpc import store_routes
-from iterion_nb.errors import ResumeError, RunError
+from iterion_nb.errors import ResumeError, RunError, RunOwnedError
 from iterion_nb.runtime.answers import AnswerService
 from iterion_nb.runtime.ports import Store
-from iterion_nb.runtime.records import RUN_STATUSES
+from iterion_nb.runtime.records import RESUMABLE, RUN_STATUSES
 from iterion_nb.store.holder_file import (
     HolderInfo,
     file_identity,
@@ -270,8 +270,18 @@ class StoreService:
         return outcome.to_dict()
 
     async def resume(self, run_id: str, force: bool) -> str:
-        """Resuming needs a process that runs workflows; this one runs none."""
-        await self.store.get_run(run_id)
+        """Resuming needs a process that runs workflows; this one runs none.
+
+        Raises:
+            RunOwnedError: A live process owns the run (it executes it, or keeps it
+                parked to resume it once answered): named as ``iterion-nb resume`` does.
+            ResumeError: Its status does not allow it, or it would have to run here.
+        """
+        run = await self.store.get_run(run_id)
+        if run.lease is not None:  # the store dropped it if it lapsed: its owner is alive
+            raise RunOwnedError(run.id, run.lease.pid, run.lease.host, run.lease.since)
+        if run.status not in RESUMABLE:
+            raise ResumeError(f"run '{run_id}' is {run.status} and cannot be resumed")
         raise ResumeError(
             f"run '{run_id}' cannot be resumed by this process (it runs no workflows):"
             f" use `iterion-nb resume {run_id}` or %iterion resume in a notebook"

@@ -171,6 +171,9 @@ class HttpClient:
                 raise Unreachable(str(err)) from None
             if err.code == "invalid_answer":  # hinted as the same refusal on the file is
                 raise InvalidAnswerError(str(err)) from None
+            if err.code == "already_answered":  # said with who answered what, as on the file
+                iid = str(err.body.get("interaction_id", ""))
+                raise AlreadyAnsweredError(iid, err.body.get("existing")) from None
             raise CliError(str(err), EXIT_OWNED if err.code == "run_owned" else 1) from None
 
     def close(self) -> None:
@@ -227,7 +230,8 @@ async def _direct(args: argparse.Namespace, action: str, retried: bool = False) 
             )
         except AlreadyAnsweredError as err:
             if not (retried and await _ours(session, err, _answer(args), args.answered_by)):
-                raise
+                first = await session.store.get_interaction(err.interaction_id)
+                raise CliError(already_answered(interaction_json(first))) from None
             # the holder recorded it, then stopped before it could say so
             return {"queued": False, "resumed": False, "recorded_before": True}
         latest = await service.get_run(args.run_id)
@@ -262,10 +266,27 @@ async def _remote(client: HttpClient, args: argparse.Namespace, action: str) -> 
         return {"run": run["id"], "workflow": run["workflow"], "answers": _pins(asked)}
     if action == "cancel":
         return await client.call("POST", base + "/cancel", {})
-    return await client.call(
-        "POST", f"{base}/interactions/{args.interaction_id}/answer",
-        {"answer": _answer(args), "answered_by": args.answered_by},
-    )  # fmt: skip
+    try:
+        return await client.call(
+            "POST", f"{base}/interactions/{args.interaction_id}/answer",
+            {"answer": _answer(args), "answered_by": args.answered_by},
+        )  # fmt: skip
+    except AlreadyAnsweredError:
+        asked = (await client.call("GET", base + "/interactions"))["interactions"]
+        (question,) = [q for q in asked if q["id"] == args.interaction_id]
+        raise CliError(already_answered(question)) from None
+
+
+def already_answered(question: dict[str, Any]) -> str:
+    """A second answer's refusal: who answered the question, and what (as ``%iterion answer``)."""
+    given = question["answers"]
+    if isinstance(given, str):
+        labels = {o["id"]: o["label"] for o in question.get("options") or []}
+        shown = repr(_clip(labels.get(given) or given))
+    else:
+        shown = _clip(json.dumps(given, ensure_ascii=False))
+    who = question.get("answered_by") or "someone"
+    return f"question '{question['id']}' is already answered by {who}: {shown} — nothing sent"
 
 
 def _pins(asked: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -410,10 +431,10 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     if action == "answers" and args.export is not None:
         return _export(result, args.export, out)
     if not remote:
-        _print(result, action, args.json, out)
+        _print(result, action, args.json, out, args)
         return 0
     try:
-        _print(result, action, args.json, out)
+        _print(result, action, args.json, out, args)
     except _SHAPELESS:
         raise CliError(_NOT_UNDERSTOOD) from None
     return 0
@@ -546,11 +567,13 @@ def _clip(text: str, width: int = 200) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _print(result: Any, action: str, as_json: bool, out: TextIO) -> None:
+def _print(
+    result: Any, action: str, as_json: bool, out: TextIO, args: argparse.Namespace | None = None
+) -> None:
     if as_json:
         out.write(json.dumps(result, indent=2, ensure_ascii=False, default=str) + "\n")
         return
-    lines = _TEXT[action](result) if action in _TEXT else _answered(result)
+    lines = _TEXT[action](result) if action in _TEXT else _answered(result, args)
     out.write("\n".join(lines) + "\n")
 
 
@@ -588,7 +611,11 @@ def _questions(result: Any) -> list[str]:
     return lines or ["no pending questions"]
 
 
-def _answered(result: Any) -> list[str]:
+#: Statuses in which a message queued for the agent reaches it without anyone resuming the run.
+_DELIVERED = ("running", "paused_waiting_human")
+
+
+def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
     if result.get("recorded_before"):
         return ["answer recorded (by the store's holder, which stopped before it could reply)"]
     state = "queued for the agent" if result.get("queued") else "recorded"
@@ -599,6 +626,14 @@ def _answered(result: Any) -> list[str]:
             return [f"answer {state}; no cluster worker has taken the run up yet:"
                     " the first one that comes up resumes it"]  # fmt: skip
         return [f"answer {state}; the run is {result['status']}"]
+    status = result.get("run_status")
+    if result.get("queued") and not result.get("resumed") and status and status not in _DELIVERED:
+        # nothing executes the run: the message waits in the store for a resume
+        run_id = args.run_id if args is not None else "RUN_ID"
+        store = getattr(args, "store", None)
+        where = f" --store {mask_url(store)}" if store else ""
+        return [f"answer stored; run {run_id} is {status}, so it reaches the agent when the"
+                f" run is resumed: `iterion-nb resume {run_id}{where}`"]  # fmt: skip
     resumed = "; the run resumed" if result.get("resumed") else ""
     final = f"; it is now {result['status']}" if result.get("status") else ""
     return [f"answer {state}{resumed}{final}"]

@@ -285,3 +285,47 @@ def test_openapi_document_lists_every_route() -> None:
     documented = {re.sub(r"\{[^}]+\}", "X", path) for path in spec["paths"]}
     served = {path.replace("([^/]+)", "X") for path, _, _ in routes(None, None)}  # type: ignore[arg-type]
     assert documented == served | {"/api/store/hello"}
+
+
+async def test_resume_of_a_run_another_process_executes_names_that_process(
+    tmp_path: Path,
+) -> None:
+    """A holder that runs nothing (as the Jupyter server): 409 ``run_owned``, as the CLI says."""
+    from iterion_nb.api.holder import open_served_store
+
+    db = tmp_path / "s.duckdb"
+    store = open_served_store(db)  # this process holds the file and serves it, runs nothing
+    proc = await asyncio.create_subprocess_exec(
+        str(CLI), "run", str(EXAMPLE), "--scenario", str(SCENARIO), "--store", str(db),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        run_id = (await proc.stdout.readline()).decode().split()[1]
+        holder = json.loads(holder_file(db).read_text())
+        assert holder["pid"] == os.getpid()
+        status, body = await asyncio.to_thread(
+            call, f"{holder['url']}/api/runs/{run_id}/resume", "POST", {}, holder["token"]
+        )
+        assert status == 409 and body["code"] == "run_owned", body
+        assert body["owner"]["pid"] == proc.pid
+        cli_said = await asyncio.to_thread(cli, "resume", run_id, "--store", str(db), cwd=tmp_path)
+        assert cli_said.returncode == 3
+        assert cli_said.stderr == f"iterion-nb: {body['message']}\n"
+        assert f"is owned by process {proc.pid} on host" in body["message"]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await store.close()
+    # once nothing owns it, the refusal is that this process runs no workflows
+    store = open_served_store(db)
+    try:
+        holder = json.loads(holder_file(db).read_text())
+        status, body = await asyncio.to_thread(
+            call, f"{holder['url']}/api/runs/{run_id}/resume", "POST", {}, holder["token"]
+        )
+        assert (status, body["code"]) == (409, "not_resumable")
+        assert f"`iterion-nb resume {run_id}`" in body["message"]
+    finally:
+        await store.close()

@@ -340,3 +340,72 @@ def test_a_long_output_is_cut_with_an_ellipsis_and_shown_whole_in_json(tmp_path:
     assert line.endswith("…") and len(line) == len("  long: ") + 200
     whole = run("run", "w.iter", "--json", "--store", str(tmp_path / "s"), cwd=tmp_path)
     assert json.loads(whole.stdout)["outputs"]["long"]["stdout"] == 300 * "a" + "\n"
+
+
+THREE_QUESTIONS = """\
+nodes:
+  gatherer:
+    - text: "Three things to ask."
+      tool_calls:
+        - name: ask_user_async
+          input:
+            question: "Should the notes be formal or casual?"
+            options: [{id: formal, label: Formal}, {id: casual, label: Casual}]
+        - name: ask_user_async
+          input: {question: "Which feature should come first?"}
+        - name: ask_user_async
+          input: {question: "Who is the audience?"}
+    - output: {draft: "d", open_points: []}
+    - output: {draft: "d", open_points: []}
+    - output: {draft: "d", open_points: []}
+    - output: {draft: "d", open_points: []}
+  finalizer:
+    - output: {title: "t", body: "b"}
+"""
+
+
+def test_a_second_answer_says_who_answered_what_and_a_stopped_run_says_how_to_go_on(
+    tmp_path: Path,
+) -> None:
+    """Answering again names the first answer and who gave it, through a holder and on the file;
+    an answer to a run nothing executes says it waits for ``iterion-nb resume``."""
+    (tmp_path / "scenario.yaml").write_text(THREE_QUESTIONS)
+    store = str(tmp_path / "store")
+    proc = subprocess.Popen(
+        [str(SCRIPT), "run", str(EXAMPLES / "async_questions.iter"), "--scenario",
+         "scenario.yaml", "--store", store],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        run_id = proc.stdout.readline().split()[1]
+        first, second, third = (proc.stdout.readline().split()[1] for _ in range(3))
+        given = run("runs", "answer", run_id, first, "Formal", "--as", "ada", "--store", store)
+        assert (given.returncode, given.stdout) == (0, "answer queued for the agent\n")
+        refused = f"iterion-nb: question '{first}' is already answered by ada: 'Formal'"
+        refused += " — nothing sent\n"
+        again = run("runs", "answer", run_id, first, "casual", "--store", store)  # the holder
+        assert (again.returncode, again.stdout, again.stderr) == (1, "", refused)
+        proc.send_signal(signal.SIGINT)  # the run is cancelled: nothing executes it now
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    again = run("runs", "answer", run_id, first, "casual", "--store", store)  # on the file
+    assert (again.returncode, again.stdout, again.stderr) == (1, "", refused)
+    stored = run("runs", "answer", run_id, second, "the inbox", "--store", store)
+    assert (stored.returncode, stored.stderr) == (0, "")
+    assert stored.stdout == (
+        f"answer stored; run {run_id} is cancelled, so it reaches the agent when the run is"
+        f" resumed: `iterion-nb resume {run_id} --store {store}`\n"
+    )
+    as_json = run("runs", "answer", run_id, third, "engineers", "--json", "--store", store)
+    assert json.loads(as_json.stdout) == {
+        "queued": True, "resumed": False, "run_status": "cancelled"
+    }  # fmt: skip
+    resumed = run("resume", run_id, "--store", store, "--json", cwd=tmp_path)
+    assert json.loads(resumed.stdout)["status"] == "finished", resumed.stderr
+    answers = json.loads(resumed.stdout)["outputs"]["gate"]["answers"]
+    assert [a["answer"] for a in answers] == ["formal", "the inbox", "engineers"]
