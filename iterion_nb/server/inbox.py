@@ -1,9 +1,13 @@
 """What JupyterLab's questions sidebar and runs panel show: one snapshot of the store.
 
-The server extension pushes it (:mod:`iterion_nb.server.push`) each time it
+The server extension pushes it (:mod:`iterion_nb.server.routes`) each time it
 changes: every pending question of every run, the questions answered most
 recently (with who answered and when) or that ended unanswered (expired, or
 withdrawn by their agent, with the reason), and the newest runs with their status.
+
+Each question carries its run's status (``run_status``, effective: a run
+nothing executes reads ``interrupted``), so the sidebar can say when an answer
+will only reach the agent once the run is resumed.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ def _question(item: Interaction, runs: dict[str, Run]) -> dict[str, Any]:
     run = runs.get(item.run_id)
     return interaction_json(item) | {
         "workflow": run.workflow if run is not None else None,
+        "run_status": run.status if run is not None else None,
         "expires_at": item.expires_at.isoformat() if item.expires_at is not None else None,
     }
 

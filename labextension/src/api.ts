@@ -23,6 +23,8 @@ export interface IQuestion {
   answers: unknown;
   answered_by: string | null;
   workflow: string | null;
+  /** Its run's status (effective: `interrupted` when nothing executes the run). */
+  run_status?: string | null;
   expires_at: string | null;
   /** How it ended unanswered: expired, or withdrawn by its agent (retracted). */
   ended?: 'expired' | 'retracted' | null;
@@ -51,6 +53,8 @@ export interface ISnapshot {
 export interface IAnswerOutcome {
   queued: boolean;
   resumed: boolean;
+  /** The run's status once the answer is in. */
+  run_status?: string;
 }
 
 export interface IDiagnostic {

@@ -5,8 +5,56 @@ import { Widget } from '@lumino/widgets';
 import { Api, ApiError, IAnswerOutcome, IQuestion, ISnapshot } from './api';
 import { h, refreshTimes, show, syncChildren, until, when } from './dom';
 import { InboxFeed } from './feed';
+import { RESUMABLE, STATUS_TEXT } from './runs';
 
 export const INBOX_ID = 'iterion-inbox';
+
+/** How long the confirmation of an answer the agent gets as it runs stays (ms). */
+export const SENT_SHOWN_MS = 8000;
+
+/** Statuses in which an answer reaches the run as it is: it runs, or waits for a person. */
+export const LIVE = ['running', 'paused_waiting_human'];
+
+/** Whether a run in `status` gets an answer now (an unknown status: nothing to warn about). */
+export function isLive(status: string | null | undefined): boolean {
+  return !status || LIVE.includes(status);
+}
+
+/** A status in words, for a sentence ("run R is …"). */
+export function stateText(status: string): string {
+  return status === 'interrupted'
+    ? 'interrupted (nothing executes it)'
+    : (STATUS_TEXT[status] ?? status);
+}
+
+type Parts = (string | HTMLElement)[];
+
+/** The commands that resume a run: in a notebook, or in a terminal. */
+export function resumeHint(runId: string): Parts {
+  return [
+    h('code', {}, `%iterion resume ${runId}`),
+    ' in a notebook, or ',
+    h('code', {}, `iterion-nb resume ${runId}`),
+    ' in a terminal'
+  ];
+}
+
+/** What a question's card says of its run when the run is not live; null when it is. */
+export function runState(q: IQuestion): Parts | null {
+  const status = q.run_status;
+  if (!status || isLive(status)) {
+    return null;
+  }
+  if (!RESUMABLE.includes(status)) {
+    return [`Run ${q.run_id} has ended (${stateText(status)}): no agent will read an answer.`];
+  }
+  return [
+    `Run ${q.run_id} is ${stateText(status)}. An answer given now is saved; ` +
+      'the agent gets it when the run is resumed: ',
+    ...resumeHint(q.run_id),
+    '.'
+  ];
+}
 
 /** Where a question comes from, in words. */
 export function origin(q: IQuestion): string {
@@ -27,14 +75,39 @@ export function answerText(q: IQuestion): string {
   return show(q.answers);
 }
 
-export function outcomeText(outcome: IAnswerOutcome): string {
+/**
+ * What answering did, in words. `saved`: the run is not live (interrupted,
+ * failed, cancelled), so the answer waits in the store for the run to be resumed.
+ */
+export function outcomeText(
+  outcome: IAnswerOutcome,
+  q: IQuestion
+): { saved: boolean; parts: Parts } {
   if (outcome.resumed) {
-    return 'Answered — the run goes on';
+    return { saved: false, parts: ['Answered — the run goes on'] };
+  }
+  const status = outcome.run_status ?? q.run_status;
+  if (status && !isLive(status)) {
+    if (!RESUMABLE.includes(status)) {
+      return {
+        saved: true,
+        parts: [`Saved — but run ${q.run_id} has ended (${stateText(status)}): no agent will read it`]
+      };
+    }
+    return {
+      saved: true,
+      parts: [
+        `Saved — run ${q.run_id} is ${stateText(status)}, so the agent gets your answer when ` +
+          'the run is resumed (',
+        ...resumeHint(q.run_id),
+        ')'
+      ]
+    };
   }
   if (outcome.queued) {
-    return 'Sent — the agent reads it at its next turn';
+    return { saved: false, parts: ['Sent — the agent reads it at its next turn'] };
   }
-  return 'Answered';
+  return { saved: false, parts: ['Answered'] };
 }
 
 /** Pending questions grouped by the node that asked them (a gate's questions together). */
@@ -61,10 +134,12 @@ export class InboxPanel extends Widget {
     this.node.setAttribute('role', 'region');
     this.node.setAttribute('aria-label', 'iterion questions');
     this._head = h('div', { class: 'iterion-head' });
+    // last, and stuck to the bottom of the panel: a message coming or going never
+    // moves the cards under the pointer
     this._result = h('div', { class: 'iterion-result-slot', role: 'status', 'aria-live': 'polite' });
     this._list = h('div', { class: 'iterion-pending' });
     this._answered = h('details', { class: 'iterion-answered', open: true });
-    this.node.append(this._head, this._result, this._list, this._answered);
+    this.node.append(this._head, this._list, this._answered, this._result);
     feed.changed.connect(this._draw, this);
     this._draw();
     this._timer = window.setInterval(() => refreshTimes(this.node), 20000);
@@ -72,6 +147,7 @@ export class InboxPanel extends Widget {
 
   dispose(): void {
     window.clearInterval(this._timer);
+    window.clearTimeout(this._resultTimer);
     this.feed.changed.disconnect(this._draw, this);
     super.dispose();
   }
@@ -127,18 +203,24 @@ export class InboxPanel extends Widget {
         (section, g) => {
           const list = section.querySelector<HTMLElement>('.iterion-group-items');
           if (list) {
-            syncChildren(list, g.items, key, q => this._card(q));
+            syncChildren(list, g.items, key, q => this._card(q), drawRunState);
           }
         }
       );
     }
     this._drawAnswered(snap?.answered ?? []);
+    // a "saved until the run is resumed" message goes once the run is live again
+    const shown = this._shown;
+    const run = shown?.saved ? snap?.runs.find(r => r.id === shown.run) : undefined;
+    if (run && isLive(run.status)) {
+      this._clear();
+    }
   }
 
   private _group(items: IQuestion[]): HTMLElement {
     const first = items[0];
     const list = h('div', { class: 'iterion-group-items' });
-    syncChildren(list, items, key, q => this._card(q));
+    syncChildren(list, items, key, q => this._card(q), drawRunState);
     return h(
       'section',
       { class: 'iterion-group', 'aria-label': `questions of ${first.node_id}` },
@@ -156,13 +238,14 @@ export class InboxPanel extends Widget {
     for (const text of q.questions) {
       card.append(h('div', { class: 'iterion-question' }, text));
     }
+    card.append(h('div', { class: 'iterion-run-state', role: 'note', hidden: true }));
     card.append(
       h(
         'div',
         { class: 'iterion-meta' },
         'asked ',
         when(q.requested_at),
-        ` · ${waits(q)}`,
+        h('span', { class: 'iterion-waits' }),
         q.expires_at ? ' · ' : null,
         q.expires_at ? until(q.expires_at) : null,
         q.revision ? ' · ' : null,
@@ -213,6 +296,7 @@ export class InboxPanel extends Widget {
       );
     }
     card.append(controls);
+    drawRunState(card, q);
     return card;
   }
 
@@ -220,23 +304,52 @@ export class InboxPanel extends Widget {
     const controls = Array.from(card.querySelectorAll<HTMLButtonElement>('button, input'));
     controls.forEach(c => (c.disabled = true));
     try {
-      const outcome = await this.api.answer(q, answer, this.who());
-      this._say(outcomeText(outcome), false, q.id);
+      const outcome = outcomeText(await this.api.answer(q, answer, this.who()), q);
+      this._say(outcome.parts, outcome.saved ? 'saved' : 'sent', q);
     } catch (err) {
       const message = err instanceof ApiError ? err.message : String(err);
-      this._say(`Not answered: ${message}`, true, q.id);
+      this._say([`Not answered: ${message}`], 'error', q);
       controls.forEach(c => (c.disabled = false));
     }
   }
 
-  private _say(text: string, error: boolean, interactionId: string): void {
+  /**
+   * Say what answering did. A plain confirmation goes after SENT_SHOWN_MS; what
+   * asks for something (resume the run; an error) stays until dismissed, or
+   * until the next answer says something else; "saved until the run is
+   * resumed" also goes once the run is live again.
+   */
+  private _say(parts: Parts, kind: 'sent' | 'saved' | 'error', q: IQuestion): void {
+    this._clear();
+    const cls = kind === 'error' ? 'iterion-error' : kind === 'saved' ? 'iterion-ok iterion-saved' : 'iterion-ok';
     this._result.replaceChildren(
       h(
         'div',
-        { class: `iterion-result ${error ? 'iterion-error' : 'iterion-ok'}`, 'data-interaction': interactionId },
-        text
+        { class: `iterion-result ${cls}`, 'data-interaction': q.id, 'data-run': q.run_id },
+        h('span', { class: 'iterion-result-text' }, ...parts),
+        h(
+          'button',
+          {
+            type: 'button',
+            class: 'iterion-dismiss',
+            title: 'Dismiss',
+            'aria-label': 'Dismiss this message',
+            onclick: () => this._clear()
+          },
+          '×'
+        )
       )
     );
+    this._shown = { saved: kind === 'saved', run: q.run_id };
+    if (kind === 'sent') {
+      this._resultTimer = window.setTimeout(() => this._clear(), SENT_SHOWN_MS);
+    }
+  }
+
+  private _clear(): void {
+    window.clearTimeout(this._resultTimer);
+    this._shown = null;
+    this._result.replaceChildren();
   }
 
   private _drawAnswered(answered: IQuestion[]): void {
@@ -268,6 +381,30 @@ export class InboxPanel extends Widget {
   private readonly _list: HTMLElement;
   private readonly _answered: HTMLElement;
   private readonly _timer: number;
+  private _resultTimer = 0;
+  private _shown: { saved: boolean; run: string } | null = null;
+}
+
+/**
+ * Say on a pending question's card whether its run gets an answer now; drawn
+ * in place when the run's status changes (the card keeps what is typed in it).
+ */
+function drawRunState(card: HTMLElement, q: IQuestion): void {
+  const status = q.run_status ?? '';
+  if (card.dataset.runStatus === status) {
+    return;
+  }
+  card.dataset.runStatus = status;
+  const state = card.querySelector<HTMLElement>('.iterion-run-state');
+  const waiting = card.querySelector<HTMLElement>('.iterion-waits');
+  const parts = runState(q);
+  state?.replaceChildren(...(parts ?? []));
+  if (state) {
+    state.hidden = !parts;
+  }
+  if (waiting) {
+    waiting.textContent = parts ? '' : ` · ${waits(q)}`;
+  }
 }
 
 /** A pending question's key: an amended one (a new revision) is drawn again. */

@@ -32,6 +32,35 @@ const WORKFLOW_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height=
 </svg>`;
 
 export const inboxIcon = new LabIcon({ name: 'iterion:inbox', svgstr: INBOX_SVG });
+
+/** The number of pending questions the sidebar's tab shows. */
+let badgeCount = 0;
+
+/**
+ * The sidebar tab's icon: the inbox icon and, over it, the pending count as an
+ * element of its own. (Not a `::after` of the tab: JupyterLab draws the current
+ * tab's border with that one.) Lumino renders it again whenever the tab's
+ * title changes, as it does when the count does.
+ */
+const inboxTabIcon = new LabIcon({
+  name: 'iterion:inbox-tab',
+  svgstr: INBOX_SVG,
+  render: (host, options) => {
+    inboxIcon.render(host, options);
+    let badge = host.querySelector<HTMLElement>(':scope > .iterion-badge');
+    if (!badgeCount) {
+      badge?.remove();
+      return;
+    }
+    if (!badge) {
+      badge = document.createElement('span');
+      badge.className = 'iterion-badge';
+      badge.setAttribute('aria-hidden', 'true'); // the tab's caption says it in words
+      host.append(badge);
+    }
+    badge.textContent = badgeCount > 99 ? '99+' : String(badgeCount);
+  }
+});
 export const workflowIcon = new LabIcon({ name: 'iterion:workflow', svgstr: WORKFLOW_SVG });
 
 const CATEGORY = 'iterion';
@@ -158,7 +187,7 @@ const sidebar: JupyterFrontEndPlugin<void> = {
     const api = new Api();
     const feed = new InboxFeed(api);
     const inbox = new InboxPanel(feed, api, () => userName(app));
-    inbox.title.icon = inboxIcon;
+    inbox.title.icon = inboxTabIcon;
     const reports = new Map<string, MainAreaWidget>();
     const runs = new RunsPanel(feed, {
       report: (run: IRun) => openReport(app, api, run.id, reports),
@@ -197,6 +226,7 @@ const sidebar: JupyterFrontEndPlugin<void> = {
     const notifier = new Notifier(app);
     feed.changed.connect((_, snap) => {
       const count = snap?.pending.length ?? 0;
+      badgeCount = count; // drawn as the title changes below
       const { ['iterion-count']: _old, ...others } = inbox.title.dataset;
       inbox.title.dataset = count ? { ...others, 'iterion-count': String(count) } : others;
       inbox.title.caption = count

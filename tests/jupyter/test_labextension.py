@@ -1,11 +1,13 @@
 """The JupyterLab extension in a live JupyterLab, driven by real Chromium.
 
 Installed by ``pip install -e .`` (the hatch hook builds it): the questions
-sidebar fed by the server's pushed inbox, its badge, notifications whose
-action opens the sidebar at the question, answers by clicking an option's
-label, the runs panel, and the ``.iter`` language in the editor (a typo in a
-``%%iterion`` cell is underlined before the cell runs). The text of every
-panel is measured against its background in the light and the dark theme.
+sidebar fed by the server's pushed inbox, its badge (readable whether its tab
+is the current one or not), notifications whose action opens the sidebar at
+the question, answers by clicking an option's label, questions of a run that
+is not running (saying so, and how to resume it), the runs panel, and the
+``.iter`` language in the editor (a typo in a ``%%iterion`` cell is underlined
+before the cell runs). The text of every panel is measured against its
+background in the light and the dark theme.
 """
 
 from __future__ import annotations
@@ -70,14 +72,25 @@ workflow shapes:
 INBOX = "#iterion-inbox"
 RUNS = "#iterion-runs"
 TAB = ".jp-SideBar .lm-TabBar-tab[data-id='iterion-inbox']"
-#: CONTRAST of test_browser, over the extension's panels and the editor's tooltip.
+#: CONTRAST of test_browser, over the extension's panels, the badge and the editor's tooltip.
 MEASURE = CONTRAST.replace(
     "document.querySelectorAll('.iterion-live *')",
-    "document.querySelectorAll('.iterion-sidebar:not(.lm-mod-hidden) *, .cm-iterion-tooltip *')",
+    "document.querySelectorAll('.iterion-sidebar:not(.lm-mod-hidden) *, .cm-iterion-tooltip *,"
+    " .jp-SideBar .iterion-badge')",
 )
-BADGE = (
-    "() => { const after = getComputedStyle(document.querySelector(`" + TAB + "`), '::after');"
-    " return {text: after.content, color: after.color, background: after.backgroundColor}; }"
+#: The sidebar tab as drawn: the badge's text and box, and JupyterLab's own ``::after``
+#: (on the current tab, the border that joins it to its open panel).
+TAB_DRAWN = (
+    "() => { const tab = document.querySelector(`" + TAB + "`);"
+    " const badge = tab.querySelector('.iterion-badge');"
+    " const t = tab.getBoundingClientRect(), after = getComputedStyle(tab, '::after');"
+    " const b = badge ? badge.getBoundingClientRect() : null;"
+    " return {current: tab.classList.contains('lm-mod-current'),"
+    "  text: badge && getComputedStyle(badge).display !== 'none' ? badge.textContent : null,"
+    "  badge: b && {left: b.left - t.left, top: b.top - t.top, width: b.width, height: b.height},"
+    "  tab: {width: t.width, height: t.height},"
+    "  after: {content: after.content, width: parseFloat(after.width),"
+    "   height: parseFloat(after.height), background: after.backgroundColor}}; }"
 )
 
 
@@ -147,6 +160,32 @@ def cli_run(lab: dict[str, Any]) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def cli_resume(lab: dict[str, Any], run_id: str) -> subprocess.Popen[str]:
+    """``iterion-nb resume RUN``, as the sidebar tells a person to type in a terminal."""
+    root = lab["root"]
+    return subprocess.Popen(
+        [str(CLI), "resume", run_id, "--scenario", str(root / "scenario.yaml"),
+         "--store", str(root / ".iterion"), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def at_the_gate(lab: dict[str, Any], run_id: str) -> None:
+    """Wait until the run waits at its gate (the asking agent done: a resume starts there)."""
+    url = f"{lab['url']}/iterion/api/runs/{run_id}/events?token={lab['token']}"
+    for _ in range(300):
+        with urllib.request.urlopen(url, timeout=10) as response:
+            events = json.loads(response.read())["events"]
+        if any(e["type"] == "node_started" and e["node_id"] == "gate" for e in events):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never reached its gate: {events}")
+
+
+def resume_hint(run_id: str) -> str:
+    return f"%iterion resume {run_id} in a notebook, or iterion-nb resume {run_id} in a terminal"
+
+
 def kernels(lab: dict[str, Any]) -> list[Any]:
     url = f"{lab['url']}/api/kernels?token={lab['token']}"
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -168,7 +207,7 @@ def answer_in_the_sidebar(page: Any, run_id: str) -> None:
     formal = cards.filter(has_text="formal or casual").locator("button.iterion-option")
     assert formal.all_inner_texts() == ["Formal", "Casual"]  # the labels, not the ids
     formal.filter(has_text="Formal").click()
-    result = page.locator(f"{INBOX} .iterion-result.iterion-ok")
+    result = page.locator(f"{INBOX} .iterion-result.iterion-ok .iterion-result-text")
     result.wait_for(timeout=30_000)
     assert result.inner_text() == "Sent — the agent reads it at its next turn"
     free = cards.filter(has_text="Which feature should come first?")
@@ -290,6 +329,115 @@ def test_a_cli_run_is_answered_with_no_kernel(lab: dict[str, Any], page: Any) ->
     assert row.locator("button.iterion-cancel").count() == 0  # nothing to cancel when finished
 
 
+@pytest.mark.timeout(300)
+def test_the_badge_reads_on_the_current_tab(lab: dict[str, Any], page: Any) -> None:
+    """The count on the sidebar's tab, open or not; JupyterLab's current-tab border intact."""
+    open_lab(page, lab)  # the questions sidebar open: its tab is the current one
+    proc = cli_run(lab)
+    try:
+        run_id = pending_run(page, 2)
+        drawn = page.evaluate(TAB_DRAWN)
+        assert drawn["current"], drawn
+        assert drawn["text"] == "2", drawn
+        badge, tab = drawn["badge"], drawn["tab"]
+        assert 12 <= badge["width"] <= 24 and 12 <= badge["height"] <= 18, drawn  # not a bar
+        assert badge["left"] >= 0 and badge["left"] + badge["width"] <= tab["width"], drawn
+        assert badge["top"] >= 0 and badge["top"] + badge["height"] <= tab["height"], drawn
+        # JupyterLab's ::after of the current tab: its border over the whole tab, nothing filled
+        after = drawn["after"]
+        assert after["content"] == '""' and after["background"] == "rgba(0, 0, 0, 0)", drawn
+        assert after["width"] >= tab["width"] - 4 and after["height"] >= tab["height"] - 4, drawn
+        page.locator(TAB).screenshot(path=str(ARTIFACTS / "labextension-badge-current.png"))
+        run_command(page, "filebrowser:activate")  # another tab current: the same count
+        page.wait_for_function(f"() => !document.querySelector(`{TAB}.lm-mod-current`)")
+        drawn = page.evaluate(TAB_DRAWN)
+        assert drawn["text"] == "2" and 12 <= drawn["badge"]["width"] <= 24, drawn
+        run_command(page, "iterion:open-inbox")
+        answer_in_the_sidebar(page, run_id)
+        # the last confirmation goes when dismissed
+        page.get_by_role("button", name="Dismiss this message").click()
+        assert page.locator(f"{INBOX} .iterion-result").count() == 0
+        page.locator(f"{TAB} .iterion-badge").wait_for(state="detached", timeout=10_000)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert json.loads(out)["status"] == "finished", err
+
+
+@pytest.mark.timeout(300)
+def test_a_question_of_a_run_not_running_says_how_to_resume_it(
+    lab: dict[str, Any], page: Any
+) -> None:
+    """Interrupted, then cancelled: each question says so; an answer is saved for the resume."""
+    open_lab(page, lab)
+    proc = cli_run(lab)
+    try:
+        run_id = pending_run(page, 2)  # live: "the agent keeps working meanwhile"
+        cards = page.locator(f"{INBOX} .iterion-card.pending")
+        assert cards.locator(".iterion-run-state:visible").count() == 0
+        at_the_gate(lab, run_id)
+    finally:
+        proc.kill()  # SIGKILL: nothing executes the run any more
+        proc.wait()
+    formal = cards.filter(has_text="formal or casual")
+    state = formal.locator(".iterion-run-state")
+    state.wait_for(timeout=30_000)
+    assert state.inner_text() == (
+        f"Run {run_id} is interrupted (nothing executes it). An answer given now is saved;"
+        f" the agent gets it when the run is resumed: {resume_hint(run_id)}."
+    )
+    assert "keeps working" not in formal.locator(".iterion-meta").inner_text()
+    formal.get_by_role("button", name="Formal").click()
+    saved = page.locator(f"{INBOX} .iterion-result.iterion-saved .iterion-result-text")
+    saved.wait_for(timeout=30_000)
+    assert saved.inner_text() == (
+        f"Saved — run {run_id} is interrupted (nothing executes it), so the agent gets your"
+        f" answer when the run is resumed ({resume_hint(run_id)})"
+    )
+    # cancelled from the runs panel: the question left says that
+    run_command(page, "iterion:open-runs")
+    row = page.locator(f"{RUNS} .iterion-runs-row[data-run='{run_id}']")
+    row.locator("button.iterion-cancel").click()
+    row.locator(".iterion-status[data-status=cancelled]").wait_for(timeout=30_000)
+    run_command(page, "iterion:open-inbox")
+    left = cards.filter(has_text="Which feature should come first?")
+    left.locator(".iterion-run-state", has_text=f"Run {run_id} is cancelled.").wait_for(
+        timeout=30_000
+    )
+    assert saved.is_visible()  # what to do stays while it still holds
+    # resumed in a terminal, as the sidebar says: the notes go, the agent is live again
+    resumed = cli_resume(lab, run_id)
+    try:
+        left.locator(".iterion-run-state").wait_for(state="hidden", timeout=60_000)
+        meta = left.locator(".iterion-meta").inner_text()
+        assert meta.endswith(" · the agent keeps working meanwhile"), meta
+        saved.wait_for(state="detached", timeout=10_000)
+        box = left.locator("input.iterion-free-text")
+        box.fill("the inbox first")
+        box.press("Enter")
+        sent = page.locator(f"{INBOX} .iterion-result.iterion-ok .iterion-result-text")
+        sent.wait_for(timeout=30_000)
+        shown = time.monotonic()
+        assert sent.inner_text() == "Sent — the agent reads it at its next turn"
+        # a confirmation goes by itself, once there was time to read it
+        sent.wait_for(state="detached", timeout=20_000)
+        assert 6 <= time.monotonic() - shown <= 15
+        out, err = resumed.communicate(timeout=60)
+    finally:
+        if resumed.poll() is None:
+            resumed.kill()
+            resumed.wait()
+    done = json.loads(out)
+    assert done["status"] == "finished", err
+    answers = {a["question"]: a["answer"] for a in done["outputs"]["gate"]["answers"]}
+    assert answers == {  # the answer given while the run was interrupted reached it
+        "Should the notes be formal or casual?": "formal",
+        "Which feature should come first?": "the inbox first",
+    }
+
+
 def wait_for_underline(page: Any, scope: str, text: str) -> Any:
     mark = page.locator(f"{scope} .cm-iterion-error", has_text=text)
     mark.wait_for(timeout=30_000)
@@ -380,8 +528,7 @@ def test_the_panels_read_in_the_light_and_dark_themes(
         name = theme.split()[-1].lower()
         page.locator(".Toastify__toast").first.wait_for(timeout=30_000)
         measured = page.evaluate(MEASURE)
-        badge = page.evaluate(BADGE)  # the count itself: the attribute ::after shows
-        assert page.get_attribute(TAB, "data-iterion-count") == "2", badge
+        assert page.evaluate(TAB_DRAWN)["text"] == "2"  # the badge, measured with the rest
         page.locator(INBOX).screenshot(path=str(ARTIFACTS / f"labextension-sidebar-{name}.png"))
         run_command(page, "iterion:open-runs")
         page.locator(f"{RUNS} .iterion-status[data-status=running]").first.wait_for()
@@ -393,16 +540,24 @@ def test_the_panels_read_in_the_light_and_dark_themes(
     finally:
         proc.kill()
         proc.wait()
-    badge_ratio = page.evaluate(
-        "([fg, bg]) => {" + MEASURE.split("const found = [];")[0].split("=> {", 1)[1]
-        + " return ratio(parse(fg), parse(bg)); }",
-        [badge["color"], badge["background"]],
-    )  # fmt: skip
-    measured.append({"text": "badge", "ratio": badge_ratio, "tag": "::after", "cls": "badge"})
+    # the run interrupted: its question says so, and an answer says it is saved
+    run_command(page, "iterion:open-inbox")
+    cards = page.locator(f"{INBOX} .iterion-card.pending")
+    cards.locator(".iterion-run-state").first.wait_for(timeout=30_000)
+    cards.filter(has_text="formal or casual").get_by_role("button", name="Formal").click()
+    page.locator(f"{INBOX} .iterion-result.iterion-saved").wait_for(timeout=30_000)
+    measured += page.evaluate(MEASURE)
+    page.locator(INBOX).screenshot(path=str(ARTIFACTS / f"labextension-interrupted-{name}.png"))
+    box = cards.filter(has_text="Which feature").locator("input.iterion-free-text")
+    box.fill("the runs panel")
+    box.press("Enter")  # nothing left pending for what comes next
+    page.locator(f"{TAB}[data-iterion-count]").wait_for(state="detached", timeout=30_000)
     texts = {m["text"] for m in measured}
     assert {"Questions", "Runs", "Formal", "Answer", "Which feature should come first?"} <= texts
     assert any(m["cls"].startswith("iterion-status") for m in measured)
     assert any("modle" in m["text"] for m in measured)  # the tooltip
+    classes = {m["cls"] for m in measured}
+    assert {"iterion-badge", "iterion-run-state", "iterion-result-text"} <= classes
     worst = min(measured, key=lambda m: m["ratio"])
     (ARTIFACTS / f"labextension-contrast-{name}.json").write_text(
         json.dumps(sorted(measured, key=lambda m: m["ratio"])[:15], indent=1)
