@@ -299,3 +299,27 @@ async def test_the_sidebar_snapshot_lists_questions_that_ended_unanswered() -> N
     closed = {q["id"]: (q["ended"], q["end_reason"]) for q in shown["answered"]}
     assert closed == {"q1": ("retracted", "found it"), "q3": ("expired", None)}
     await store.close()
+
+
+async def test_each_sidebar_question_carries_its_runs_status() -> None:
+    """A question of a run nothing executes reads so: the sidebar says to resume it first."""
+    from datetime import UTC, datetime
+
+    from iterion_nb.runtime.records import Interaction, Run
+    from iterion_nb.server.inbox import snapshot
+    from iterion_nb.store import MemoryStore
+
+    store = MemoryStore()
+    t0 = datetime.now(UTC)
+    await store.create_run(Run("live", "w", "h", "paused_waiting_human", t0, t0))
+    await store.create_run(Run("orphan", "w", "h", "running", t0, t0))  # no owner: interrupted
+    await store.create_run(Run("stopped", "w", "h", "cancelled", t0, t0))
+    for run_id in ("live", "orphan", "stopped"):
+        await store.add_interaction(Interaction(f"q-{run_id}", run_id, "a", "async", ("?",), t0))
+    shown = {q["run_id"]: q["run_status"] for q in (await snapshot(store))["pending"]}
+    assert shown == {
+        "live": "paused_waiting_human",
+        "orphan": "interrupted",
+        "stopped": "cancelled",
+    }
+    await store.close()
