@@ -265,9 +265,8 @@ def test_the_cli_runs_on_the_cluster_and_detaches(tmp_path: Path, cluster: Any) 
             time.sleep(0.05)
         (question,) = questions
         # the holder runs no workflows: a cluster worker takes the run up once answered
-        assert cli("runs", "answer", run_id, question["id"], "yes") == {
-            "queued": False, "resumed": True
-        }  # fmt: skip
+        answered = cli("runs", "answer", run_id, question["id"], "yes")
+        assert (answered["queued"], answered["resumed"]) == (False, True)
         while cli("runs", "show", run_id)["status"] != "finished":
             assert time.monotonic() < deadline
             time.sleep(0.05)
