@@ -93,9 +93,28 @@ function left(iso) {
   return `expires in ${Math.round(secs / 86400)} days`;
 }
 
-// A question's key for redrawing: an amended question is drawn again (its text or options changed).
+// Statuses in which something executes the run, or keeps it parked and resumes it on an answer;
+// and those after which no agent will read an answer.
+const LIVE_STATUSES = ["running", "paused_waiting_human"];
+const OVER_STATUSES = ["finished", "failed"];
+const STATUS_WORDS = {
+  paused_waiting_human: "waiting for an answer", failed_resumable: "failed (resumable)",
+  interrupted: "interrupted (nothing executes it)",
+};
+
+function statusWords(status) {
+  return STATUS_WORDS[status] || status;
+}
+
+// Whether nothing executes the question's run now (interrupted, failed_resumable, cancelled, over).
+function runStopped(q) {
+  return !!q.run_status && !LIVE_STATUSES.includes(q.run_status);
+}
+
+// A question's key for redrawing: an amended question is drawn again (its text or options
+// changed), and so is one whose run stopped or went on again (what its card says changes).
 function questionKey(q) {
-  return `${q.id}#${q.revision || 0}`;
+  return `${q.id}#${q.revision || 0}#${runStopped(q) ? q.run_status : "live"}`;
 }
 
 // How a question that left the pending list ended, in words.
@@ -114,19 +133,122 @@ function answerText(q) {
 // What answering did, in words (the kernel sends the sentence; this is the fallback).
 function outcomeText(result) {
   if (result.text) return result.text;
+  const status = result.run_status || "";
+  const run = result.run_id ? `run ${result.run_id}` : "the run";
   if (result.resumed) return "Answered — the run goes on";
+  if (OVER_STATUSES.includes(status)) return `Saved — but ${run} has ended (${status}): no agent will read it`;
+  if (status && !LIVE_STATUSES.includes(status)) {
+    return `Saved — ${run} is ${statusWords(status)}, so the agent gets your answer when the run is resumed`
+      + ` (%iterion resume ${result.run_id || "RUN"})`;
+  }
   if (result.queued) return "Sent — the agent reads it at its next turn";
   return "Answered";
+}
+
+// What a question of a run nothing executes says under it: the answer is kept for the resume
+// (as the JupyterLab sidebar says it).
+function runStateNote(q) {
+  if (!runStopped(q)) return null;
+  if (OVER_STATUSES.includes(q.run_status)) {
+    return h("div", { class: "run-state" }, `Run ${q.run_id} has ended (${q.run_status}): no agent will read an answer.`);
+  }
+  return h("div", { class: "run-state" }, `Run ${q.run_id} is ${statusWords(q.run_status)}. An answer given now is saved; `,
+    "the agent gets it when the run is resumed: ", h("code", {}, `%iterion resume ${q.run_id}`), ".");
+}
+
+// Who the person at this page is, as the Jupyter server knows them (JupyterLab's identity,
+// GET /api/me): the name its questions sidebar records too. null where the page is no
+// Jupyter server's (VS Code, say): the kernel then names who answered.
+let IDENTITY = null;
+function identity() {
+  if (IDENTITY === null) IDENTITY = fetchIdentity();
+  return IDENTITY;
+}
+
+async function fetchIdentity() {
+  try {
+    const config = document.getElementById("jupyter-config-data");
+    if (!config) return null;
+    const page = JSON.parse(config.textContent || "{}");
+    const base = String(page.baseUrl || "/").replace(/\/?$/, "/");
+    const headers = page.token ? { Authorization: `token ${page.token}` } : {};
+    const reply = await fetch(`${base}api/me`, { credentials: "same-origin", headers });
+    if (!reply.ok) return null;
+    const me = (await reply.json()).identity || {};
+    return me.display_name || me.name || me.username || null;
+  } catch (err) {
+    return null;
+  }
+}
+
+// Send an answer to the kernel, naming who gives it (waiting for the identity 3 s at most).
+async function sendAnswer(model, q, answer) {
+  const late = new Promise((resolve) => setTimeout(() => resolve(null), 3000));
+  const who = await Promise.race([identity(), late]);
+  model.send({ type: "answer", run_id: q.run_id, interaction_id: q.id, answer, answered_by: who });
+}
+
+// Follows the widget's kernel connection; calls onLost(time last heard from) once it is gone.
+// JupyterLab's widget manager marks every model of a restarting kernel (restarted by a person,
+// or by the server after the kernel died) not live: "comm_live_update", called with the view
+// as `this`, whose model then says comm_live false. A notebook whose kernel was shut down or
+// changed names another kernel, or none. Returns a function that stops following.
+function watchKernel(model, el, onLost) {
+  const manager = model.widget_manager;
+  const kernelOf = () => (manager && "kernel" in manager ? manager.kernel : undefined);
+  const born = kernelOf();
+  let heard = new Date(), lost = false, commGone = false;
+  const gone = () => {
+    if (commGone) return true;
+    if (!born) return false;  // a front-end that does not say which kernel (not JupyterLab)
+    return kernelOf() !== born || born.isDisposed || born.status === "dead";
+  };
+  const check = () => {
+    if (lost || !gone()) return;
+    lost = true;
+    onLost(heard);
+  };
+  const changed = () => { if (!lost) heard = new Date(); };
+  function commLive() {
+    const real = this && this.model;
+    commGone = real && "comm_live" in real ? !real.comm_live : true;
+    check();
+  }
+  model.on("change", changed);
+  model.on("comm_live_update", commLive);
+  const timer = setInterval(check, 1000);
+  check();
+  return () => {
+    clearInterval(timer);
+    model.off("change", changed);
+    model.off("comm_live_update", commLive);
+  };
+}
+
+// The hour and minute of a time, as the page's locale writes them.
+function clock(at) {
+  return at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+// What a widget says once its kernel is gone; its controls are switched off.
+function disconnected(root, heard, more) {
+  root.classList.add("disconnected");
+  for (const control of root.querySelectorAll(".card.pending button, .card.pending input")) control.disabled = true;
+  return h("div", { class: "stale", role: "status" }, h("b", {}, `Kernel disconnected — state as of ${clock(heard)}.`),
+    " This view no longer updates and cannot answer. ", ...more);
 }
 
 // One pending question as a form: its text, options as buttons, a text box when free text is allowed.
 function questionCard(q, send, context) {
   const card = h("div", { class: "card pending", "data-interaction": q.id });
   for (const text of q.questions) card.append(h("div", { class: "question" }, text));
-  const waits = q.kind === "async" ? "the agent keeps working meanwhile" : "the run waits for this answer";
+  const waits = runStopped(q) ? (OVER_STATUSES.includes(q.run_status) ? "the run has ended" : "nothing executes the run now")
+    : q.kind === "async" ? "the agent keeps working meanwhile" : "the run waits for this answer";
   const expiry = q.expires_at ? [" · ", h("time", { datetime: q.expires_at, title: exact(q.expires_at), class: "left" }, left(q.expires_at))] : [];
   const reworded = q.revision ? [" · ", h("span", { class: "reworded" }, "reworded by its agent")] : [];
   card.append(h("div", { class: "meta" }, `${context} · asked `, when(q.requested_at), ` · ${waits}`, ...expiry, ...reworded));
+  const note = runStateNote(q);
+  if (note) card.append(note);
   const controls = h("div", { class: "controls" });
   for (const option of q.options || []) {
     controls.append(h("button", {
@@ -198,6 +320,9 @@ const BASE_STYLE = `
 .iterion pre { white-space: pre-wrap; word-break: break-word; margin: 2px 0; padding: 4px 6px; max-height: 16em; overflow: auto;
   background: var(--jp-layout-color2, #f5f5f5); color: var(--jp-ui-font-color0, #000); border-radius: 4px;
   font-family: var(--jp-code-font-family, monospace); font-size: var(--jp-code-font-size, 12px); }
+.iterion .run-state, .iterion .stale { margin: 4px 0; padding: 4px 8px; border-left: 4px dashed var(--jp-warn-color0, #e65100);
+  background: color-mix(in srgb, var(--jp-warn-color1, #f57c00) 12%, var(--jp-layout-color1, #fff)); }
+.iterion.disconnected svg g.node { cursor: default; }
 /* the saved snapshot of a widget is for when the live view is gone: hide it beside a live one */
 .jp-OutputArea:has(.iterion-live) > .jp-OutputArea-child:has(.iterion-snapshot) { display: none; }
 `;

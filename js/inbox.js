@@ -26,15 +26,18 @@ function answeredCard(q, scope) {
 
 function render({ model, el }) {
   const root = h("div", { class: "iterion iterion-inbox iterion-live" });
+  void identity();  // asked once per page, ahead of the first click
   el.append(h("style", {}, STYLE), root);
   const title = h("div", { class: "title" });
+  const stale = h("div", { class: "stale-slot" });
   const result = h("div", { class: "result-slot" });
   const list = h("div", { class: "pending-list" });
   const past = h("div", { class: "history-slot" });
-  root.append(title, result, list, past);
+  root.append(title, stale, result, list, past);
   let historyOpen = true;
+  let lost = null;
 
-  const send = (q, answer) => model.send({ type: "answer", run_id: q.run_id, interaction_id: q.id, answer });
+  const send = (q, answer) => { if (!lost) void sendAnswer(model, q, answer); };
   const drawTitle = () => {
     const pending = model.get("pending") || [];
     const scope = model.get("scope");
@@ -46,6 +49,11 @@ function render({ model, el }) {
     if (!pending.length) { list.replaceChildren(h("div", { class: "empty meta" }, "Nothing is waiting for an answer.")); return; }
     if (list.firstChild && !list.firstChild.dataset.key) list.replaceChildren();
     syncCards(list, pending, questionKey, (q) => questionCard(q, send, context(q, scope)));
+    if (lost) drawLost();
+  };
+  const drawLost = () => {
+    stale.replaceChildren(disconnected(root, lost, ["The questions may have been answered since: ",
+      h("code", {}, "%iterion inbox"), " in a running kernel shows them live."]));
   };
   const drawHistory = () => {
     const history = model.get("history") || [];
@@ -68,8 +76,10 @@ function render({ model, el }) {
   drawTitle(); drawPending(); drawHistory(); drawResult();
   const handlers = Object.entries(on).map(([name, fn]) => { const f = () => fn(); model.on(`change:${name}`, f); return [name, f]; });
   const timer = setInterval(() => refreshTimes(root), 20000);
+  const unwatch = watchKernel(model, el, (heard) => { lost = heard; drawLost(); });
   return () => {
     clearInterval(timer);
+    unwatch();
     for (const [name, f] of handlers) model.off(`change:${name}`, f);
   };
 }

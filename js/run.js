@@ -143,14 +143,19 @@ function labelAt(points, back) {
 
 function money(value) { return `$${Number(value || 0).toFixed(4)}`; }
 
-function meters(usage, status) {
+// The time the run executed (its stretches from a start or resume to the pause or stop that
+// follows; not while it was paused, interrupted or cancelled), ticking while it runs, up to
+// `until` (the last word from a kernel that is gone).
+function meters(usage, status, until = null) {
   const running = status === "running" && usage.since;
-  const secs = (usage.seconds || 0) + (running ? Math.max(0, (Date.now() - Date.parse(usage.since)) / 1000) : 0);
+  const now = until ? until.getTime() : Date.now();
+  const secs = (usage.seconds || 0) + (running ? Math.max(0, (now - Date.parse(usage.since)) / 1000) : 0);
   const parts = [];
   const meter = (label, used, limit, fmt) => {
     const over = limit !== null && limit !== undefined && used >= limit;
     const text = limit !== null && limit !== undefined ? `${label} ${fmt(used)} / ${fmt(limit)}` : `${label} ${fmt(used)}`;
-    parts.push(h("span", { class: over ? "meter over" : "meter", "data-meter": label }, text));
+    const tip = label === "time" ? "time executed: not counting pauses, interruptions or cancellations" : null;
+    parts.push(h("span", { class: over ? "meter over" : "meter", "data-meter": label, title: tip }, text));
   };
   meter("time", secs, usage.max_seconds, seconds);
   meter("tokens", usage.tokens || 0, usage.max_tokens, (n) => Number(n).toLocaleString());
@@ -198,6 +203,7 @@ function detailsPanel(d, close) {
 
 function render({ model, el }) {
   const root = h("div", { class: "iterion iterion-run iterion-live" });
+  void identity();  // asked once per page, ahead of the first click
   el.append(h("style", {}, STYLE), root);
   const header = h("div", { class: "header" });
   const note = h("div", { class: "note-slot" });
@@ -217,7 +223,9 @@ function render({ model, el }) {
   root.append(header, note, toolbar, viewport, details, forms, error, extra);
   let view = null, scale = 1, fitted = false;
 
+  let lost = null;
   const select = (id) => {
+    if (lost) return;  // the kernel that sends a node's details is gone
     model.set("selected", model.get("selected") === id ? "" : id);
     model.save_changes();
   };
@@ -254,12 +262,19 @@ function render({ model, el }) {
     const usage = model.get("usage") || {};
     header.replaceChildren(
       h("span", { class: "title" }, "Run ", h("code", {}, model.get("run_id")), ` · ${model.get("workflow") || ""}`),
-      h("span", { class: "status", "data-status": status }, STATUS_TEXT[status] || status),
-      ...meters(usage, status),
+      h("span", { class: "status", "data-status": status }, (STATUS_TEXT[status] || status) + (lost ? ` (as of ${clock(lost)})` : "")),
+      ...meters(usage, status, lost),
       h("span", { class: "meta counts" }, `${p.done ?? 0}/${p.total ?? 0} nodes finished · ${p.events ?? 0} events`));
+    const run = model.get("run_id");
+    if (lost) {
+      note.replaceChildren(disconnected(root, lost, ["The run may have gone on or stopped since: ",
+        h("code", {}, `%iterion show ${run}`), " in a running kernel shows it live (",
+        h("code", {}, `%iterion resume ${run}`), " if it reads interrupted)."]));
+      return;
+    }
     note.replaceChildren(status === "interrupted"
       ? h("div", { class: "note" }, "Nothing runs this run now: the kernel or process that ran it stopped. ",
-        "It resumes where it stopped with ", h("code", {}, `%iterion resume ${model.get("run_id")}`), ".")
+        "It resumes where it stopped with ", h("code", {}, `%iterion resume ${run}`), ".")
       : "");
   };
   const drawDetails = () => {
@@ -269,7 +284,7 @@ function render({ model, el }) {
   const drawForms = () => {
     const pending = (model.get("questions") || []).filter((q) => !q.answered_at && !q.ended);
     if (!pending.length) { forms.replaceChildren(result); formList.replaceChildren(); return; }
-    const send = (q, answer) => model.send({ type: "answer", run_id: model.get("run_id"), interaction_id: q.id, answer });
+    const send = (q, answer) => { if (!lost) void sendAnswer(model, { run_id: model.get("run_id"), ...q }, answer); };
     if (model.get("answerable")) {
       syncCards(formList, pending, questionKey, (q) => questionCard(q, send, `asked by ${q.node_id}`));
     } else {
@@ -277,6 +292,7 @@ function render({ model, el }) {
         h("div", { class: "question" }, q.questions.join("\n")), h("div", { class: "meta" }, `asked by ${q.node_id} · answer it in the inbox (%iterion inbox)`)));
     }
     forms.replaceChildren(h("h4", {}, `Waiting for you (${pending.length})`), result, formList);
+    if (lost) drawHeader();  // switches off the controls drawn since
   };
   const drawResult = () => {
     const r = model.get("last_result") || {};
@@ -320,13 +336,15 @@ function render({ model, el }) {
   };
   drawGraph(); drawHeader(); drawDetails(); drawResult(); drawForms(); drawError(); drawExtra();
   const handlers = Object.entries(on).map(([name, fn]) => { const f = () => fn(); model.on(`change:${name}`, f); return [name, f]; });
+  const unwatch = watchKernel(model, el, (heard) => { lost = heard; drawHeader(); });
   const timer = setInterval(() => {
-    if ((model.get("status") || "") === "running") drawHeader();
+    if ((model.get("status") || "") === "running" && !lost) drawHeader();
     refreshTimes(root);
     if (!fitted && root.clientWidth > 0) { fitted = true; fit(); }
   }, 1000);
   return () => {
     clearInterval(timer);
+    unwatch();
     for (const [name, f] of handlers) model.off(`change:${name}`, f);
   };
 }

@@ -343,7 +343,7 @@ class IterionMagics(Magics):
         outcome = await session.run(args.run_id).answer(
             args.interaction_id, text, answered_by="magic"
         )
-        return Answered(outcome)
+        return Answered(outcome, run_id=args.run_id)
 
     async def _resume(self, session: Session, args: argparse.Namespace) -> LiveRun:
         scenario = self._scenario(args.scenario)

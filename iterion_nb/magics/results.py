@@ -64,11 +64,17 @@ def inbox(session: Session, run_id: str | None) -> InboxWidget:
 
 
 class Answered(dict[str, Any]):
-    """What ``%iterion answer`` did: ``{"queued", "resumed"}``, shown as a sentence."""
+    """What ``%iterion answer`` did: ``{"queued", "resumed", "run_status"}``, as a sentence.
 
-    def __init__(self, outcome: dict[str, Any], text: str | None = None) -> None:
+    The sentence is the widgets' (:func:`~iterion_nb.widgets.common.outcome_text`):
+    an answer to a run nothing executes says it waits for ``%iterion resume RUN``.
+    """
+
+    def __init__(
+        self, outcome: dict[str, Any], text: str | None = None, run_id: str | None = None
+    ) -> None:
         super().__init__(outcome)
-        self.text = text or outcome_text(outcome)
+        self.text = text or outcome_text(outcome, run_id)
 
     def __repr__(self) -> str:
         return self.text

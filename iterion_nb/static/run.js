@@ -94,9 +94,28 @@ function left(iso) {
   return `expires in ${Math.round(secs / 86400)} days`;
 }
 
-// A question's key for redrawing: an amended question is drawn again (its text or options changed).
+// Statuses in which something executes the run, or keeps it parked and resumes it on an answer;
+// and those after which no agent will read an answer.
+const LIVE_STATUSES = ["running", "paused_waiting_human"];
+const OVER_STATUSES = ["finished", "failed"];
+const STATUS_WORDS = {
+  paused_waiting_human: "waiting for an answer", failed_resumable: "failed (resumable)",
+  interrupted: "interrupted (nothing executes it)",
+};
+
+function statusWords(status) {
+  return STATUS_WORDS[status] || status;
+}
+
+// Whether nothing executes the question's run now (interrupted, failed_resumable, cancelled, over).
+function runStopped(q) {
+  return !!q.run_status && !LIVE_STATUSES.includes(q.run_status);
+}
+
+// A question's key for redrawing: an amended question is drawn again (its text or options
+// changed), and so is one whose run stopped or went on again (what its card says changes).
 function questionKey(q) {
-  return `${q.id}#${q.revision || 0}`;
+  return `${q.id}#${q.revision || 0}#${runStopped(q) ? q.run_status : "live"}`;
 }
 
 // How a question that left the pending list ended, in words.
@@ -115,19 +134,122 @@ function answerText(q) {
 // What answering did, in words (the kernel sends the sentence; this is the fallback).
 function outcomeText(result) {
   if (result.text) return result.text;
+  const status = result.run_status || "";
+  const run = result.run_id ? `run ${result.run_id}` : "the run";
   if (result.resumed) return "Answered — the run goes on";
+  if (OVER_STATUSES.includes(status)) return `Saved — but ${run} has ended (${status}): no agent will read it`;
+  if (status && !LIVE_STATUSES.includes(status)) {
+    return `Saved — ${run} is ${statusWords(status)}, so the agent gets your answer when the run is resumed`
+      + ` (%iterion resume ${result.run_id || "RUN"})`;
+  }
   if (result.queued) return "Sent — the agent reads it at its next turn";
   return "Answered";
+}
+
+// What a question of a run nothing executes says under it: the answer is kept for the resume
+// (as the JupyterLab sidebar says it).
+function runStateNote(q) {
+  if (!runStopped(q)) return null;
+  if (OVER_STATUSES.includes(q.run_status)) {
+    return h("div", { class: "run-state" }, `Run ${q.run_id} has ended (${q.run_status}): no agent will read an answer.`);
+  }
+  return h("div", { class: "run-state" }, `Run ${q.run_id} is ${statusWords(q.run_status)}. An answer given now is saved; `,
+    "the agent gets it when the run is resumed: ", h("code", {}, `%iterion resume ${q.run_id}`), ".");
+}
+
+// Who the person at this page is, as the Jupyter server knows them (JupyterLab's identity,
+// GET /api/me): the name its questions sidebar records too. null where the page is no
+// Jupyter server's (VS Code, say): the kernel then names who answered.
+let IDENTITY = null;
+function identity() {
+  if (IDENTITY === null) IDENTITY = fetchIdentity();
+  return IDENTITY;
+}
+
+async function fetchIdentity() {
+  try {
+    const config = document.getElementById("jupyter-config-data");
+    if (!config) return null;
+    const page = JSON.parse(config.textContent || "{}");
+    const base = String(page.baseUrl || "/").replace(/\/?$/, "/");
+    const headers = page.token ? { Authorization: `token ${page.token}` } : {};
+    const reply = await fetch(`${base}api/me`, { credentials: "same-origin", headers });
+    if (!reply.ok) return null;
+    const me = (await reply.json()).identity || {};
+    return me.display_name || me.name || me.username || null;
+  } catch (err) {
+    return null;
+  }
+}
+
+// Send an answer to the kernel, naming who gives it (waiting for the identity 3 s at most).
+async function sendAnswer(model, q, answer) {
+  const late = new Promise((resolve) => setTimeout(() => resolve(null), 3000));
+  const who = await Promise.race([identity(), late]);
+  model.send({ type: "answer", run_id: q.run_id, interaction_id: q.id, answer, answered_by: who });
+}
+
+// Follows the widget's kernel connection; calls onLost(time last heard from) once it is gone.
+// JupyterLab's widget manager marks every model of a restarting kernel (restarted by a person,
+// or by the server after the kernel died) not live: "comm_live_update", called with the view
+// as `this`, whose model then says comm_live false. A notebook whose kernel was shut down or
+// changed names another kernel, or none. Returns a function that stops following.
+function watchKernel(model, el, onLost) {
+  const manager = model.widget_manager;
+  const kernelOf = () => (manager && "kernel" in manager ? manager.kernel : undefined);
+  const born = kernelOf();
+  let heard = new Date(), lost = false, commGone = false;
+  const gone = () => {
+    if (commGone) return true;
+    if (!born) return false;  // a front-end that does not say which kernel (not JupyterLab)
+    return kernelOf() !== born || born.isDisposed || born.status === "dead";
+  };
+  const check = () => {
+    if (lost || !gone()) return;
+    lost = true;
+    onLost(heard);
+  };
+  const changed = () => { if (!lost) heard = new Date(); };
+  function commLive() {
+    const real = this && this.model;
+    commGone = real && "comm_live" in real ? !real.comm_live : true;
+    check();
+  }
+  model.on("change", changed);
+  model.on("comm_live_update", commLive);
+  const timer = setInterval(check, 1000);
+  check();
+  return () => {
+    clearInterval(timer);
+    model.off("change", changed);
+    model.off("comm_live_update", commLive);
+  };
+}
+
+// The hour and minute of a time, as the page's locale writes them.
+function clock(at) {
+  return at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+// What a widget says once its kernel is gone; its controls are switched off.
+function disconnected(root, heard, more) {
+  root.classList.add("disconnected");
+  for (const control of root.querySelectorAll(".card.pending button, .card.pending input")) control.disabled = true;
+  return h("div", { class: "stale", role: "status" }, h("b", {}, `Kernel disconnected — state as of ${clock(heard)}.`),
+    " This view no longer updates and cannot answer. ", ...more);
 }
 
 // One pending question as a form: its text, options as buttons, a text box when free text is allowed.
 function questionCard(q, send, context) {
   const card = h("div", { class: "card pending", "data-interaction": q.id });
   for (const text of q.questions) card.append(h("div", { class: "question" }, text));
-  const waits = q.kind === "async" ? "the agent keeps working meanwhile" : "the run waits for this answer";
+  const waits = runStopped(q) ? (OVER_STATUSES.includes(q.run_status) ? "the run has ended" : "nothing executes the run now")
+    : q.kind === "async" ? "the agent keeps working meanwhile" : "the run waits for this answer";
   const expiry = q.expires_at ? [" · ", h("time", { datetime: q.expires_at, title: exact(q.expires_at), class: "left" }, left(q.expires_at))] : [];
   const reworded = q.revision ? [" · ", h("span", { class: "reworded" }, "reworded by its agent")] : [];
   card.append(h("div", { class: "meta" }, `${context} · asked `, when(q.requested_at), ` · ${waits}`, ...expiry, ...reworded));
+  const note = runStateNote(q);
+  if (note) card.append(note);
   const controls = h("div", { class: "controls" });
   for (const option of q.options || []) {
     controls.append(h("button", {
@@ -199,6 +321,9 @@ const BASE_STYLE = `
 .iterion pre { white-space: pre-wrap; word-break: break-word; margin: 2px 0; padding: 4px 6px; max-height: 16em; overflow: auto;
   background: var(--jp-layout-color2, #f5f5f5); color: var(--jp-ui-font-color0, #000); border-radius: 4px;
   font-family: var(--jp-code-font-family, monospace); font-size: var(--jp-code-font-size, 12px); }
+.iterion .run-state, .iterion .stale { margin: 4px 0; padding: 4px 8px; border-left: 4px dashed var(--jp-warn-color0, #e65100);
+  background: color-mix(in srgb, var(--jp-warn-color1, #f57c00) 12%, var(--jp-layout-color1, #fff)); }
+.iterion.disconnected svg g.node { cursor: default; }
 /* the saved snapshot of a widget is for when the live view is gone: hide it beside a live one */
 .jp-OutputArea:has(.iterion-live) > .jp-OutputArea-child:has(.iterion-snapshot) { display: none; }
 `;
@@ -348,14 +473,19 @@ function labelAt(points, back) {
 
 function money(value) { return `$${Number(value || 0).toFixed(4)}`; }
 
-function meters(usage, status) {
+// The time the run executed (its stretches from a start or resume to the pause or stop that
+// follows; not while it was paused, interrupted or cancelled), ticking while it runs, up to
+// `until` (the last word from a kernel that is gone).
+function meters(usage, status, until = null) {
   const running = status === "running" && usage.since;
-  const secs = (usage.seconds || 0) + (running ? Math.max(0, (Date.now() - Date.parse(usage.since)) / 1000) : 0);
+  const now = until ? until.getTime() : Date.now();
+  const secs = (usage.seconds || 0) + (running ? Math.max(0, (now - Date.parse(usage.since)) / 1000) : 0);
   const parts = [];
   const meter = (label, used, limit, fmt) => {
     const over = limit !== null && limit !== undefined && used >= limit;
     const text = limit !== null && limit !== undefined ? `${label} ${fmt(used)} / ${fmt(limit)}` : `${label} ${fmt(used)}`;
-    parts.push(h("span", { class: over ? "meter over" : "meter", "data-meter": label }, text));
+    const tip = label === "time" ? "time executed: not counting pauses, interruptions or cancellations" : null;
+    parts.push(h("span", { class: over ? "meter over" : "meter", "data-meter": label, title: tip }, text));
   };
   meter("time", secs, usage.max_seconds, seconds);
   meter("tokens", usage.tokens || 0, usage.max_tokens, (n) => Number(n).toLocaleString());
@@ -403,6 +533,7 @@ function detailsPanel(d, close) {
 
 function render({ model, el }) {
   const root = h("div", { class: "iterion iterion-run iterion-live" });
+  void identity();  // asked once per page, ahead of the first click
   el.append(h("style", {}, STYLE), root);
   const header = h("div", { class: "header" });
   const note = h("div", { class: "note-slot" });
@@ -422,7 +553,9 @@ function render({ model, el }) {
   root.append(header, note, toolbar, viewport, details, forms, error, extra);
   let view = null, scale = 1, fitted = false;
 
+  let lost = null;
   const select = (id) => {
+    if (lost) return;  // the kernel that sends a node's details is gone
     model.set("selected", model.get("selected") === id ? "" : id);
     model.save_changes();
   };
@@ -459,12 +592,19 @@ function render({ model, el }) {
     const usage = model.get("usage") || {};
     header.replaceChildren(
       h("span", { class: "title" }, "Run ", h("code", {}, model.get("run_id")), ` · ${model.get("workflow") || ""}`),
-      h("span", { class: "status", "data-status": status }, STATUS_TEXT[status] || status),
-      ...meters(usage, status),
+      h("span", { class: "status", "data-status": status }, (STATUS_TEXT[status] || status) + (lost ? ` (as of ${clock(lost)})` : "")),
+      ...meters(usage, status, lost),
       h("span", { class: "meta counts" }, `${p.done ?? 0}/${p.total ?? 0} nodes finished · ${p.events ?? 0} events`));
+    const run = model.get("run_id");
+    if (lost) {
+      note.replaceChildren(disconnected(root, lost, ["The run may have gone on or stopped since: ",
+        h("code", {}, `%iterion show ${run}`), " in a running kernel shows it live (",
+        h("code", {}, `%iterion resume ${run}`), " if it reads interrupted)."]));
+      return;
+    }
     note.replaceChildren(status === "interrupted"
       ? h("div", { class: "note" }, "Nothing runs this run now: the kernel or process that ran it stopped. ",
-        "It resumes where it stopped with ", h("code", {}, `%iterion resume ${model.get("run_id")}`), ".")
+        "It resumes where it stopped with ", h("code", {}, `%iterion resume ${run}`), ".")
       : "");
   };
   const drawDetails = () => {
@@ -474,7 +614,7 @@ function render({ model, el }) {
   const drawForms = () => {
     const pending = (model.get("questions") || []).filter((q) => !q.answered_at && !q.ended);
     if (!pending.length) { forms.replaceChildren(result); formList.replaceChildren(); return; }
-    const send = (q, answer) => model.send({ type: "answer", run_id: model.get("run_id"), interaction_id: q.id, answer });
+    const send = (q, answer) => { if (!lost) void sendAnswer(model, { run_id: model.get("run_id"), ...q }, answer); };
     if (model.get("answerable")) {
       syncCards(formList, pending, questionKey, (q) => questionCard(q, send, `asked by ${q.node_id}`));
     } else {
@@ -482,6 +622,7 @@ function render({ model, el }) {
         h("div", { class: "question" }, q.questions.join("\n")), h("div", { class: "meta" }, `asked by ${q.node_id} · answer it in the inbox (%iterion inbox)`)));
     }
     forms.replaceChildren(h("h4", {}, `Waiting for you (${pending.length})`), result, formList);
+    if (lost) drawHeader();  // switches off the controls drawn since
   };
   const drawResult = () => {
     const r = model.get("last_result") || {};
@@ -525,13 +666,15 @@ function render({ model, el }) {
   };
   drawGraph(); drawHeader(); drawDetails(); drawResult(); drawForms(); drawError(); drawExtra();
   const handlers = Object.entries(on).map(([name, fn]) => { const f = () => fn(); model.on(`change:${name}`, f); return [name, f]; });
+  const unwatch = watchKernel(model, el, (heard) => { lost = heard; drawHeader(); });
   const timer = setInterval(() => {
-    if ((model.get("status") || "") === "running") drawHeader();
+    if ((model.get("status") || "") === "running" && !lost) drawHeader();
     refreshTimes(root);
     if (!fitted && root.clientWidth > 0) { fitted = true; fit(); }
   }, 1000);
   return () => {
     clearInterval(timer);
+    unwatch();
     for (const [name, f] of handlers) model.off(`change:${name}`, f);
   };
 }

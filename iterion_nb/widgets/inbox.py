@@ -13,9 +13,16 @@ from iterion_nb.errors import NotFoundError
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction
 from iterion_nb.runtime.wire import interaction_json
-from iterion_nb.widgets.common import STATIC, AnswerFn, Answering, ended_text
+from iterion_nb.widgets.common import (
+    LIVE,
+    STATIC,
+    AnswerFn,
+    Answering,
+    ended_text,
+    status_words,
+)
 from iterion_nb.widgets.live import Live
-from iterion_nb.widgets.snapshot import STYLE, Bundle, Snapshots
+from iterion_nb.widgets.snapshot import STYLE, Bundle, Snapshots, as_of, saved_line
 
 #: How many answered questions the history keeps.
 HISTORY = 50
@@ -68,14 +75,27 @@ class InboxWidget(Answering, anywidget.AnyWidget):
         known = self._known.get(interaction_id)
         return (known or {}).get("run_id") or self.run_id
 
-    async def _shown(self, q: Interaction) -> dict[str, Any]:
-        """A question for the front-end, with its run's workflow name."""
+    def _pending_ids(self) -> set[str]:
+        return set(self._known)
+
+    async def _shown(self, q: Interaction, status: str | None = None) -> dict[str, Any]:
+        """A question for the front-end, with its run's workflow name and status."""
         if q.run_id not in self._workflows:
             try:
                 self._workflows[q.run_id] = (await self.store.get_run(q.run_id)).workflow
             except NotFoundError:
                 self._workflows[q.run_id] = ""
-        return {**interaction_json(q), "workflow": self._workflows[q.run_id]}
+        return {**interaction_json(q), "workflow": self._workflows[q.run_id], "run_status": status}
+
+    async def _statuses(self, run_ids: set[str]) -> dict[str, str]:
+        """Each run's status now (a question of a run nothing executes says so)."""
+        found: dict[str, str] = {}
+        for run_id in sorted(run_ids):
+            try:
+                found[run_id] = (await self.store.get_run(run_id)).status
+            except NotFoundError:
+                continue
+        return found
 
     # -- store -> state ------------------------------------------------------
     async def refresh(self) -> bool:
@@ -83,7 +103,10 @@ class InboxWidget(Answering, anywidget.AnyWidget):
         if getattr(self.store, "closed", False):
             return False
         records = await self.store.pending_interactions(self.run_id)
-        pending = [await self._shown(q) for q in records if q.kind != "await"]
+        records = [q for q in records if q.kind != "await"]
+        banner = self._banner.run_id if self._banner else ""
+        statuses = await self._statuses({q.run_id for q in records} | {banner} - {""})
+        pending = [await self._shown(q, statuses.get(q.run_id)) for q in records]
         ids = {q["id"] for q in pending}
         gone = [iid for iid in self._known if iid not in ids]
         history = list(self.history)
@@ -98,6 +121,7 @@ class InboxWidget(Answering, anywidget.AnyWidget):
             self.pending = pending
         if history[:HISTORY] != self.history:
             self.history = history[:HISTORY]
+        self.keep_banner_true(statuses.get(banner), ids)
         self.snapshots.changed()
         return True
 
@@ -111,12 +135,17 @@ class InboxWidget(Answering, anywidget.AnyWidget):
         return bundle
 
     def snapshot(self) -> Bundle:
-        """The inbox as it is now: its questions and answers, as text."""
-        head = f"Inbox — {self.scope} · {len(self.pending)} pending"
-        text, items = [head], []
+        """The inbox as it is now, as of when: its questions and answers, as text."""
+        when = as_of()
+        saved = saved_line("inbox", when)
+        head = f"Inbox — {self.scope} · {len(self.pending)} pending as of {when[-9:]}"
+        text, items = [saved, head], []
         for q in self.pending:
             options = ", ".join(o.get("label") or o["id"] for o in q["options"])
             line = f"{q['node_id']} asks: {q['question']}" + (f" ({options})" if options else "")
+            status = q.get("run_status")
+            if status and status not in LIVE:
+                line += f" — run {q['run_id']} is {status_words(status)}"
             text.append("- " + line)
             items.append(f"<li>{escape(line)}</li>")
         for q in self.history:
@@ -128,11 +157,9 @@ class InboxWidget(Answering, anywidget.AnyWidget):
                 line = f"{q['question']} — {ended_text(q['ended'], q.get('end_reason'))}"
             text.append("- " + line)
             items.append(f"<li>{escape(line)}</li>")
-        note = "Saved view; the live inbox needs the notebook's kernel."
-        text.append(note)
         html = (
-            f'<div class="iterion-snapshot inbox">{STYLE}<div><b>{escape(head)}</b></div>'
-            f"<ul>{''.join(items)}</ul><div><small>{escape(note)}</small></div></div>"
+            f'<div class="iterion-snapshot inbox">{STYLE}<div><small>{escape(saved)}</small></div>'
+            f"<div><b>{escape(head)}</b></div><ul>{''.join(items)}</ul></div>"
         )
         return {"text/html": html, "text/plain": "\n".join(text)}
 

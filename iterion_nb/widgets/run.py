@@ -11,7 +11,7 @@ Every display also leaves a static snapshot in the notebook (see
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from dataclasses import replace
 from html import escape
 from typing import Any
 
@@ -30,17 +30,47 @@ from iterion_nb.view.usage import usage
 from iterion_nb.widgets.common import STATIC, AnswerFn, Answering, ended_text
 from iterion_nb.widgets.details import node_details
 from iterion_nb.widgets.live import Live, on_loop
-from iterion_nb.widgets.snapshot import STYLE, Bundle, Snapshots, svg_image
+from iterion_nb.widgets.snapshot import STYLE, Bundle, Snapshots, as_of, saved_line, svg_image
 
 #: How many recent events the widget shows.
 RECENT = 12
 #: Statuses after which nothing changes any more (cancelled runs can be resumed).
 SETTLED = ("finished", "failed")
+#: Events that start a stretch of execution, and that end one.
+_STARTS = ("run_started", "run_resumed")
+_STOPS = ("run_paused", "run_finished", "run_failed", "run_cancelled")
+#: Events anyone may write while nothing executes the run: no sign that it ran.
+_FROM_ANYONE = ("interaction_answered", "interaction_expired")
 
 
 def node_states(views: dict[str, NodeView]) -> dict[str, str]:
     """Node -> state, for the front-end."""
     return {name: view.state for name, view in views.items()}
+
+
+def executed(events: list[Event]) -> list[Event]:
+    """The run's events, with the stop a dead process never wrote put back where it stopped.
+
+    The header's time is the time the run executed: the stretches from each
+    ``run_started``/``run_resumed`` to the pause, stop or end that follows. A
+    run whose kernel or process died (it reads ``interrupted``) wrote no stop;
+    resumed later, its log goes on with ``run_resumed``. It executed until the
+    last event its execution wrote (not an answer or an expiry, which anyone
+    writes at any time), not while nothing ran it: a stop goes there.
+    """
+    found: list[Event] = []
+    going: Event | None = None  # the last event of the stretch under way
+    for event in events:
+        if event.type in _STARTS:
+            if going is not None:
+                found.append(replace(going, type="run_paused", data={}))
+            going = event
+        elif event.type in _STOPS:
+            going = None
+        elif going is not None and event.type not in _FROM_ANYONE:
+            going = event
+        found.append(event)
+    return found
 
 
 def summary(event: Event) -> str:
@@ -113,6 +143,9 @@ class RunWidget(Answering, anywidget.AnyWidget):
     def _loop(self) -> asyncio.AbstractEventLoop | None:
         return self.live.loop
 
+    def _pending_ids(self) -> set[str]:
+        return {q.id for q in self._interactions if q.pending}
+
     def _set_graph(self, wf: m.Workflow) -> None:
         self._wf = wf
         self.workflow = wf.name
@@ -142,6 +175,7 @@ class RunWidget(Answering, anywidget.AnyWidget):
             self._wf, self._events, self._interactions, run.status
         )
         self._publish(run)
+        self.keep_banner_true(run.status, self._pending_ids())
         settled = run.status in SETTLED
         self.snapshots.changed(now=settled)
         return not settled
@@ -160,9 +194,13 @@ class RunWidget(Answering, anywidget.AnyWidget):
         }
         budget = self._wf.budget if self._wf is not None else None
         saved = (run.checkpoint or {}).get("usage", {})
-        self.usage = usage(self._events, run.status, saved).as_json(budget)
+        self.usage = usage(executed(self._events), run.status, saved).as_json(budget)
         self.events = [{**event_json(e), "summary": summary(e)} for e in self._events[-RECENT:]]
-        self.questions = [interaction_json(q) for q in self._interactions if q.kind != "await"]
+        self.questions = [
+            {**interaction_json(q), "run_status": run.status}
+            for q in self._interactions
+            if q.kind != "await"
+        ]
         self.error = self._failure or run.error or ""
         self.status = run.status
         self._show_details()
@@ -186,18 +224,25 @@ class RunWidget(Answering, anywidget.AnyWidget):
 
     # -- the saved snapshot ------------------------------------------------------
     def snapshot(self) -> Bundle:
-        """The widget as it is now, as static HTML and as text."""
+        """The widget as it is now, as static HTML and as text, saying as of when.
+
+        A saved notebook keeps the last snapshot: a run still going then reads
+        ``running as of 12:03 UTC``, under a line saying it is not live.
+        """
         views, status = self._views, self.status or "starting"
         p = self.progress
+        when = as_of()
+        shown = status if status in SETTLED else f"{status} as of {when[-9:]}"
         head = (
-            f"Run {self.run_id} · {self.workflow} · {status} · "
+            f"Run {self.run_id} · {self.workflow} · {shown} · "
             f"{p.get('done', 0)}/{p.get('total', 0)} nodes finished"
         )
+        saved = saved_line("view", when)
         states = "; ".join(f"{name} {view.text}" for name, view in views.items())
-        text = [head, f"Nodes: {states}" if states else "Nodes: (not started)"]
+        text = [saved, head, f"Nodes: {states}" if states else "Nodes: (not started)"]
         html = [
             f'<div class="iterion-snapshot" data-run="{escape(self.run_id)}">{STYLE}',
-            f"<div><b>{escape(head)}</b></div>",
+            f"<div><small>{escape(saved)}</small></div><div><b>{escape(head)}</b></div>",
         ]
         if self.graph:
             svg = graph_svg(self.graph, views, prefix=f"snap-{self.run_id}", standalone=True)
@@ -213,10 +258,7 @@ class RunWidget(Answering, anywidget.AnyWidget):
         if self.error:
             text.append(f"Error: {self.error}")
             html.append(f"<pre>{escape(self.error)}</pre>")
-        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        note = f"Saved view as of {when}; the live view needs the notebook's kernel."
-        text.append(note)
-        html.append(f"<div><small>{escape(note)}</small></div></div>")
+        html.append("</div>")
         return {"text/html": "".join(html), "text/plain": "\n".join(text)}
 
     def show_failure(self, message: str) -> None:

@@ -22,6 +22,7 @@ import contextlib
 import contextvars
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 #: At most one snapshot update a second while things change.
@@ -41,6 +42,19 @@ STYLE = (
 )
 
 Bundle = dict[str, str]
+
+
+def as_of(now: datetime | None = None) -> str:
+    """When a snapshot was taken, as it says so: UTC, to the minute."""
+    return (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def saved_line(what: str, when: str) -> str:
+    """The first line of a snapshot: a saved view as of a time, not a live state."""
+    return (
+        f"Snapshot as of {when}, saved with the notebook — not live"
+        f" (the live {what} needs the notebook's kernel)"
+    )
 
 
 def svg_image(svg: str, alt: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import getpass
+import re
 import signal
 import subprocess
 import sys
@@ -97,11 +98,15 @@ async def test_pending_questions_are_answered_from_the_widget(session: Session) 
         {"type": "answer", "run_id": run.id, "interaction_id": question["id"], "answer": "f"}, []
     )
     await until(lambda: widget.last_result.get("interaction_id") == question["id"])
-    assert widget.last_result["text"] == "Sent — the agent reads it at its next turn"
+    assert widget.last_result["text"] in (
+        "Sent — the agent reads it at its next turn",
+        "Answered — the run has since finished",  # it may be over already
+    )
     recorded = await session.store.get_interaction(question["id"])
     assert (recorded.answers, recorded.answered_by) == ("f", getpass.getuser())
     assert await run.wait(10) == "finished"
     await until(lambda: widget.states.get("gate") == "finished")
+    await until(lambda: widget.last_result["text"] == "Answered — the run has since finished")
     # without an answer path the widget lists the questions, and a stray click says why
     listing = RunWidget(session.store, run.id)
     assert not listing.answerable
@@ -109,6 +114,31 @@ async def test_pending_questions_are_answered_from_the_widget(session: Session) 
     assert "cannot answer" in result["error"]
     widget.close()
     listing.close()
+
+
+async def test_an_answer_that_resumes_a_paused_run_says_so_then_how_the_run_ended(
+    session: Session,
+) -> None:
+    flow = FLOW.replace("interaction: async", "interaction: human")
+    sc = {"nodes": {"writer": [
+        {"tool_calls": [{"name": "ask_user", "input": {"question": "Go?"}}]},
+        {"output": {"text": "went"}},
+    ]}}  # fmt: skip
+    run = await session.start(it.compile(flow), scenario=sc)
+    widget = RunWidget(session.store, run.id, answer=answerer(session))
+    said: list[str] = []
+    widget.observe(lambda change: said.append(change["new"].get("text", "")), "last_result")
+    await until(lambda: widget.status == "paused_waiting_human" and bool(widget._pending_ids()))
+    (iid,) = widget._pending_ids()
+    widget._handle_custom_msg(
+        {"type": "answer", "run_id": run.id, "interaction_id": iid, "answer": "yes"}, []
+    )
+    await until(lambda: widget.status == "finished")
+    # "the run goes on" holds while its owner takes it up; then it says how the run ended
+    assert said[0] == "Answered — the run goes on"
+    assert said[-1] == "Answered — the run has since finished"
+    assert not any("paused" in text for text in said), said
+    widget.close()
 
 
 async def test_a_click_is_answered_by_the_jupyter_user_where_known(
@@ -126,6 +156,27 @@ async def test_a_click_is_answered_by_the_jupyter_user_where_known(
     monkeypatch.delenv("JUPYTERHUB_USER")
     assert who_clicked() == getpass.getuser()
     inbox.close()
+
+
+async def test_a_click_records_the_identity_the_front_end_sent(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JupyterLab's user (as its questions sidebar records it) wins; nobody's name falls back."""
+    monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
+    run = await started(session, {"question": "Tone?"}, {"question": "Length?"})
+    inbox = InboxWidget(session.store, answerer(session), run.id)
+    await until(lambda: len(inbox.pending) == 2)
+    tone, length = sorted(inbox.pending, key=lambda q: q["questions"][0], reverse=True)
+    inbox._handle_custom_msg({"type": "answer", "interaction_id": tone["id"], "answer": "formal",
+                              "answered_by": "Anonymous  Europa\n"}, [])  # fmt: skip
+    # JupyterLab's id for an anonymous user names nobody: the OS user then
+    inbox._handle_custom_msg({"type": "answer", "interaction_id": length["id"], "answer": "short",
+                              "answered_by": "0123456789abcdef0123456789abcdef"}, [])  # fmt: skip
+    await until(lambda: len(inbox.history) == 2)
+    who = {q["questions"][0]: q["answered_by"] for q in inbox.history}
+    assert who == {"Tone?": "Anonymous Europa", "Length?": getpass.getuser()}
+    inbox.close()
+    await run.cancel()
 
 
 async def test_a_node_s_details_follow_it_live(session: Session) -> None:
@@ -167,8 +218,8 @@ async def test_a_node_s_details_follow_it_live(session: Session) -> None:
     widget.close()
 
 
-async def test_a_run_whose_process_died_reads_interrupted(tmp_path: Path) -> None:
-    store = tmp_path / "store"
+async def killed_run(store: Path) -> str:
+    """A run that asked a question, its process then killed (kill -9): it reads interrupted."""
     script = textwrap.dedent(f"""
         import asyncio, os, signal, sys, iterion_nb as it
         FLOW = {FLOW!r}
@@ -184,13 +235,78 @@ async def test_a_run_whose_process_died_reads_interrupted(tmp_path: Path) -> Non
         subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == -signal.SIGKILL, done.stderr
-    run_id = done.stdout.split()[0]
+    return done.stdout.split()[0]
+
+
+async def test_a_run_whose_process_died_reads_interrupted(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    run_id = await killed_run(store)
     session = Session(store)
     try:
         widget = RunWidget(session.store, run_id)
         await until(lambda: widget.status == "interrupted")
         # nothing executes it: its open nodes are not shown as running
         assert "running" not in widget.states.values()
+        widget.close()
+    finally:
+        await session.close()
+
+
+async def test_an_interrupted_run_s_question_says_the_answer_waits_for_the_resume(
+    tmp_path: Path,
+) -> None:
+    """The inbox says the run stopped and how to resume it; the answer says it is kept."""
+    store = tmp_path / "store"
+    run_id = await killed_run(store)
+    session = Session(store)
+    try:
+        inbox = InboxWidget(session.store, answerer(session), None)
+        await until(lambda: [q.get("run_status") for q in inbox.pending] == ["interrupted"])
+        text = inbox.snapshot()["text/plain"]
+        assert f"Tone? — run {run_id} is interrupted (nothing executes it)" in text
+        iid = inbox.pending[0]["id"]
+        inbox._handle_custom_msg(
+            {"type": "answer", "run_id": run_id, "interaction_id": iid, "answer": "formal"}, []
+        )
+        await until(lambda: inbox.last_result.get("interaction_id") == iid)
+        assert inbox.last_result["text"] == (
+            f"Saved — run {run_id} is interrupted (nothing executes it), so the agent gets"
+            f" your answer when the run is resumed (%iterion resume {run_id})"
+        )
+        resumed = await session.resume(run_id)
+        assert await resumed.wait(10) == "finished"
+        assert resumed.outputs["gate"]["answers"][0]["answer"] == "formal"  # it reached the run
+        await until(lambda: inbox.last_result["text"] == "Answered — the run has since finished")
+        inbox.close()
+    finally:
+        await session.close()
+
+
+async def test_the_time_counts_what_the_run_executed_not_its_interruption(
+    tmp_path: Path,
+) -> None:
+    """Interrupted for 2 s and more, then resumed: the header's time leaves that out."""
+    store = tmp_path / "store"
+    run_id = await killed_run(store)
+    session = Session(store)
+    try:
+        widget = RunWidget(session.store, run_id)
+        await until(lambda: widget.status == "interrupted")
+        await asyncio.sleep(2)  # nothing executes it meanwhile
+        resumed = await session.resume(run_id)
+        (question,) = await resumed.pending_questions()
+        await resumed.answer(question.id, "formal")
+        assert await resumed.wait(10) == "finished"
+        await until(lambda: widget.status == "finished")
+        events = await resumed.events()
+        types = [e.type for e in events]
+        back = types.index("run_resumed")
+        # it ran until the last event its execution wrote (the answer came later, from here)
+        last = [e for e in events[:back] if e.type != "interaction_answered"][-1]
+        ran = (last.at - events[0].at) + (events[-1].at - events[back].at)
+        wall = (events[-1].at - events[0].at).total_seconds()
+        assert widget.usage["seconds"] == pytest.approx(ran.total_seconds(), abs=0.002)
+        assert widget.usage["seconds"] < wall - 2  # not since the run was created
         widget.close()
     finally:
         await session.close()
@@ -215,6 +331,16 @@ async def test_each_display_leaves_a_snapshot_kept_current(
     display_id = shown["transient"]["display_id"]
     assert html.startswith(f'<div class="iterion-snapshot" data-run="{run.id}">')
     assert "gate waiting for 1 of 1 answer" in text and "writer finished" in text
+    # a saved notebook keeps it: it says it is a view as of a time, not a live state
+    saved, head = text.splitlines()[:2]
+    assert re.fullmatch(
+        r"Snapshot as of \d{4}-\d\d-\d\d \d\d:\d\d UTC, saved with the notebook — not live"
+        r" \(the live view needs the notebook's kernel\)",
+        saved,
+    )
+    assert re.fullmatch(
+        rf"Run {run.id} · notes · running as of \d\d:\d\d UTC · 1/2 nodes finished", head
+    )
     assert "Tone &lt;b&gt;?&lt;/b&gt;" in html and "<b>?</b>" not in html  # text, never HTML
     picture = html.split('src="data:image/svg+xml;base64,')[1].split('"')[0]
     svg = base64.b64decode(picture).decode()
@@ -228,7 +354,9 @@ async def test_each_display_leaves_a_snapshot_kept_current(
                             for p in published), timeout=5)  # fmt: skip
     updates = [p for p in published if p.get("update")]
     assert {p["transient"]["display_id"] for p in updates} == {display_id}
-    assert "answered 'F' by python" in updates[-1]["data"]["text/plain"]
+    last = updates[-1]["data"]["text/plain"]
+    assert f"Run {run.id} · notes · finished · 2/2 nodes finished" in last  # final: no "as of"
+    assert "answered 'F' by python" in last
     live.widget.close()
 
 
@@ -243,6 +371,9 @@ async def test_an_inbox_snapshot_lists_its_questions_as_text(
     assert data["text/plain"] == f"Inbox (run {run.id}): the live inbox widget"
     (shown,) = published
     assert "writer asks: Tone? (Formal)" in shown["data"]["text/plain"]
+    saved, head = shown["data"]["text/plain"].splitlines()[:2]
+    assert saved.startswith("Snapshot as of ") and "not live" in saved
+    assert re.fullmatch(rf"Inbox — run {run.id} · 1 pending as of \d\d:\d\d UTC", head)
     assert inbox.pending[0]["workflow"] == "notes"  # the inbox names the run's workflow
     inbox.close()
     await run.cancel()

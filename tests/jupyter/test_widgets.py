@@ -7,11 +7,12 @@ import getpass
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
 
 import iterion_nb as it
 from iterion_nb.session import Session
@@ -61,8 +62,8 @@ async def until(check: Callable[[], Any], timeout: float = 5.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def answerer(session: Session) -> Callable[[str, str, Any, str], Awaitable[dict[str, bool]]]:
-    async def answer(run_id: str, iid: str, value: Any, by: str) -> dict[str, bool]:
+def answerer(session: Session) -> Callable[[str, str, Any, str], Awaitable[dict[str, Any]]]:
+    async def answer(run_id: str, iid: str, value: Any, by: str) -> dict[str, Any]:
         return await session.run(run_id).answer(iid, value, answered_by=by)
 
     return answer
@@ -107,15 +108,92 @@ async def test_a_message_in_records_the_answer(session: Session, thread: str) ->
         worker.start()
         await asyncio.to_thread(worker.join)
     await until(lambda: inbox.last_result.get("interaction_id") == iid)
-    assert inbox.last_result == {"interaction_id": iid, "queued": True, "resumed": False,
-                                 "text": "Sent — the agent reads it at its next turn"}  # fmt: skip
+    result = inbox.last_result
+    assert (result["queued"], result["resumed"], result["run_id"]) == (True, False, run.id)
+    assert result["text"] in (
+        "Sent — the agent reads it at its next turn",
+        "Answered — the run has since finished",  # it may be over already (below)
+    )
     recorded = await session.store.get_interaction(iid)
     assert recorded.answers == "formal"
     assert recorded.answered_by == getpass.getuser()  # a click: the person, not "notebook"
     await until(lambda: not inbox.pending and inbox.history)
     assert inbox.history[0]["answers"] == "formal"
     assert await run.wait(10) == "finished"
+    # the banner does not go on saying the agent will read it: the run is over
+    await until(lambda: inbox.last_result.get("text") == "Answered — the run has since finished")
     inbox.close()
+
+
+async def test_a_question_of_a_run_nothing_executes_says_the_answer_waits_for_the_resume(
+    session: Session, shell: InteractiveShell
+) -> None:
+    """A cancelled run's question: its state and how to resume it; the answer says it is kept."""
+    run = await started(session, {"question": "Tone?", "options": [{"id": "f", "label": "F"}]})
+    await run.cancel()
+    assert await run.wait(5) == "cancelled"
+    inbox = InboxWidget(session.store, answerer(session), None)  # every run's questions
+    widget = RunWidget(session.store, run.id, answer=answerer(session))
+    await until(lambda: [q["run_status"] for q in inbox.pending] == ["cancelled"])
+    await until(lambda: [q["run_status"] for q in widget.questions] == ["cancelled"])
+    assert f"run {run.id} is cancelled" in inbox.snapshot()["text/plain"]
+    iid = inbox.pending[0]["id"]
+    inbox._handle_custom_msg({"type": "answer", "run_id": run.id, "interaction_id": iid,
+                              "answer": "f"}, [])  # fmt: skip
+    await until(lambda: inbox.last_result.get("interaction_id") == iid)
+    assert inbox.last_result["text"] == (
+        f"Saved — run {run.id} is cancelled, so the agent gets your answer when the run is"
+        f" resumed (%iterion resume {run.id})"
+    )
+    assert (await session.store.get_interaction(iid)).answers == "f"
+    # resumed, the run reads it and ends: the banner says so instead
+    resumed = await session.resume(run.id)
+    assert await resumed.wait(10) == "finished"
+    await until(lambda: inbox.last_result.get("text") == "Answered — the run has since finished")
+    inbox.close()
+    widget.close()
+
+
+@pytest.fixture
+def shell(tmp_path: Path) -> Iterator[InteractiveShell]:
+    """A real IPython shell with the extension loaded."""
+    ip = InteractiveShell.instance()
+    ip.run_cell("%load_ext iterion_nb")
+    yield ip
+    ip.run_cell("%unload_ext iterion_nb")
+
+
+def test_the_answer_magic_says_the_same_for_a_run_nothing_executes(
+    tmp_path: Path, shell: InteractiveShell
+) -> None:
+    shell.user_ns.update({"sc": scenario({"question": "Tone?"}), "store": str(tmp_path / "s")})
+    made = shell.run_cell("%%iterion --run --scenario sc --store $store\n" + FLOW)
+    assert made.success, made.error_in_exec
+    shell.user_ns["r"] = made.result
+    for line in ("q = await r.next_question(timeout=10)", "%iterion cancel {r.id}"):
+        assert shell.run_cell(line).success
+    said = shell.run_cell("%iterion answer {r.id} {q.id} formal")
+    assert said.success, said.error_in_exec
+    run_id = shell.user_ns["r"].id
+    assert said.result == {"queued": True, "resumed": False, "run_status": "cancelled"}
+    assert repr(said.result) == (  # the widgets' words
+        f"Saved — run {run_id} is cancelled, so the agent gets your answer when the run is"
+        f" resumed (%iterion resume {run_id})"
+    )
+
+
+async def test_a_refused_answer_s_banner_leaves_with_its_question(session: Session) -> None:
+    run = await started(session, {"question": "Tone?", "options": [{"id": "f", "label": "F"}]})
+    widget = RunWidget(session.store, run.id, answer=answerer(session))
+    await until(lambda: bool(widget._pending_ids()))
+    (iid,) = widget._pending_ids()
+    refused = await widget.submit({"run_id": run.id, "interaction_id": iid, "answer": "nope"})
+    assert "not one of the options" in refused["error"]
+    assert widget.last_result == refused  # shown under the form, which stays
+    await run.answer(iid, "f")  # answered elsewhere: the refusal is moot
+    await until(lambda: widget.last_result == {})
+    assert await run.wait(10) == "finished"
+    widget.close()
 
 
 async def test_a_second_answer_is_shown_as_an_error(session: Session) -> None:
