@@ -3,7 +3,11 @@
 Read from the events as they come (the checkpoint's count is only saved
 after each node), so a live view moves with every model turn. Time is the
 time the run was actually executing, as its budget counts it: from each
-``run_started``/``run_resumed`` to the pause, stop or end that follows.
+``run_started``/``run_resumed`` to the pause, stop or end that follows. A
+run whose process died (kill -9, a kernel restart: it reads ``interrupted``)
+wrote no stop: it executed until the last event its execution wrote — not an
+answer or an expiry, which anyone writes at any time — and not while nothing
+ran it, until it was resumed.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from iterion_nb.runtime.records import Event
 
 _STARTS = ("run_started", "run_resumed")
 _STOPS = ("run_paused", "run_finished", "run_failed", "run_cancelled")
+#: Events any process writes at any time, running the run or not.
+_FROM_ANYONE = ("interaction_answered", "interaction_expired")
 
 
 @dataclass(frozen=True)
@@ -48,17 +54,18 @@ def usage(
     """The run's usage from its events (never below what its checkpoint ``saved``)."""
     seconds, tokens, cost = 0.0, 0, 0.0
     since: datetime | None = None
-    last: datetime | None = None
+    last: datetime | None = None  # the last event the stretch under way wrote
     for event in events:
-        last = event.at
         if event.type in _STARTS:
-            if since is not None:  # started again without a stop: the old stretch ended
-                seconds += (event.at - since).total_seconds()
-            since = event.at
+            if since is not None and last is not None:  # its process died: it ran until `last`
+                seconds += (last - since).total_seconds()
+            since = last = event.at
         elif event.type in _STOPS and since is not None:
             seconds += (event.at - since).total_seconds()
             since = None
-        elif event.type == "llm_step_finished":
+        elif since is not None and event.type not in _FROM_ANYONE:
+            last = event.at
+        if event.type == "llm_step_finished":
             data = event.data or {}
             tokens += int(data.get("tokens_in") or 0) + int(data.get("tokens_out") or 0)
             cost += float(data.get("cost_usd") or 0.0)

@@ -11,7 +11,6 @@ Every display also leaves a static snapshot in the notebook (see
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from html import escape
 from typing import Any
 
@@ -36,41 +35,11 @@ from iterion_nb.widgets.snapshot import STYLE, Bundle, Snapshots, as_of, saved_l
 RECENT = 12
 #: Statuses after which nothing changes any more (cancelled runs can be resumed).
 SETTLED = ("finished", "failed")
-#: Events that start a stretch of execution, and that end one.
-_STARTS = ("run_started", "run_resumed")
-_STOPS = ("run_paused", "run_finished", "run_failed", "run_cancelled")
-#: Events anyone may write while nothing executes the run: no sign that it ran.
-_FROM_ANYONE = ("interaction_answered", "interaction_expired")
 
 
 def node_states(views: dict[str, NodeView]) -> dict[str, str]:
     """Node -> state, for the front-end."""
     return {name: view.state for name, view in views.items()}
-
-
-def executed(events: list[Event]) -> list[Event]:
-    """The run's events, with the stop a dead process never wrote put back where it stopped.
-
-    The header's time is the time the run executed: the stretches from each
-    ``run_started``/``run_resumed`` to the pause, stop or end that follows. A
-    run whose kernel or process died (it reads ``interrupted``) wrote no stop;
-    resumed later, its log goes on with ``run_resumed``. It executed until the
-    last event its execution wrote (not an answer or an expiry, which anyone
-    writes at any time), not while nothing ran it: a stop goes there.
-    """
-    found: list[Event] = []
-    going: Event | None = None  # the last event of the stretch under way
-    for event in events:
-        if event.type in _STARTS:
-            if going is not None:
-                found.append(replace(going, type="run_paused", data={}))
-            going = event
-        elif event.type in _STOPS:
-            going = None
-        elif going is not None and event.type not in _FROM_ANYONE:
-            going = event
-        found.append(event)
-    return found
 
 
 def summary(event: Event) -> str:
@@ -194,7 +163,7 @@ class RunWidget(Answering, anywidget.AnyWidget):
         }
         budget = self._wf.budget if self._wf is not None else None
         saved = (run.checkpoint or {}).get("usage", {})
-        self.usage = usage(executed(self._events), run.status, saved).as_json(budget)
+        self.usage = usage(self._events, run.status, saved).as_json(budget)
         self.events = [{**event_json(e), "summary": summary(e)} for e in self._events[-RECENT:]]
         self.questions = [
             {**interaction_json(q), "run_status": run.status}

@@ -6,7 +6,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -287,3 +287,21 @@ async def test_reports_say_which_questions_expired_or_were_withdrawn(tmp_path: P
         assert "expired unanswered" in html
     finally:
         await s.close()
+
+
+def test_executing_time_leaves_out_the_time_a_dead_process_left_the_run() -> None:
+    """Killed 5 s in, answered meanwhile, resumed 200 s in and done 10 s later: 15 s executed."""
+    from iterion_nb.runtime.records import Event
+    from iterion_nb.view.usage import usage
+
+    t0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    log = [
+        ("run_started", 0), ("node_finished", 5),  # then kill -9: no stop written
+        ("interaction_answered", 100),  # anyone writes answers, running the run or not
+        ("run_resumed", 200), ("node_finished", 208), ("run_finished", 210),
+    ]  # fmt: skip
+    events = [
+        Event("r1", n, kind, t0 + timedelta(seconds=at)) for n, (kind, at) in enumerate(log, 1)
+    ]
+    assert usage(events, "finished").seconds == 15
+    assert usage(events[:3], "interrupted").seconds == 5  # not until the answer came
