@@ -179,12 +179,23 @@ workflow w:
 """
 
 
+def _as_in_a_terminal() -> None:
+    """Signals as a terminal's foreground command gets them, whatever runs the tests.
+
+    A test run under ``nohup`` (or in a background job, where the shell ignores
+    SIGINT) would hand its children ignored SIGHUP (SIGINT), which they keep.
+    """
+    for signum in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def _start_slow_run(tmp_path: Path, **popen: Any) -> tuple[subprocess.Popen[str], str]:
     """``iterion-nb run`` of SLOW_TOOL, once its first tool has started; and its store."""
     import time
 
     (tmp_path / "w.iter").write_text(SLOW_TOOL)
     store = str(tmp_path / "store")
+    popen.setdefault("preexec_fn", _as_in_a_terminal)
     proc = subprocess.Popen(
         [str(SCRIPT), "run", "w.iter", "--store", store], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
