@@ -627,13 +627,16 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
                     " the first one that comes up resumes it"]  # fmt: skip
         return [f"answer {state}; the run is {result['status']}"]
     status = result.get("run_status")
+    run_id = args.run_id if args is not None else "RUN_ID"
+    store = getattr(args, "store", None)
+    resume = f"`iterion-nb resume {run_id}{f' --store {mask_url(store)}' if store else ''}`"
+    if result.get("resume_needed"):  # paused, every answer in, and its process is gone
+        return [f"answer {state}; every answer run {run_id} waits for is in, but nothing"
+                f" executes it: resume it with {resume}"]  # fmt: skip
     if result.get("queued") and not result.get("resumed") and status and status not in _DELIVERED:
         # nothing executes the run: the message waits in the store for a resume
-        run_id = args.run_id if args is not None else "RUN_ID"
-        store = getattr(args, "store", None)
-        where = f" --store {mask_url(store)}" if store else ""
         return [f"answer stored; run {run_id} is {status}, so it reaches the agent when the"
-                f" run is resumed: `iterion-nb resume {run_id}{where}`"]  # fmt: skip
+                f" run is resumed: {resume}"]  # fmt: skip
     resumed = "; the run resumed" if result.get("resumed") else ""
     final = f"; it is now {result['status']}" if result.get("status") else ""
     return [f"answer {state}{resumed}{final}"]

@@ -47,16 +47,24 @@ class AnswerOutcome:
     ``run_status`` is the run's status once the answer is in: a message queued
     for a run that is not ``running`` (interrupted, failed_resumable,
     cancelled) reaches the agent only when the run is resumed, which the
-    front-ends say.
+    front-ends say. ``resume_needed``: the run is paused with every answer it
+    waits for in, and nothing will resume it by itself (its process is gone,
+    and the one that answered runs no workflows): someone must resume it.
     """
 
     queued: bool
     resumed: bool
     run_status: str
+    resume_needed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"queued": ..., "resumed": ..., "run_status": ...}``."""
-        return {"queued": self.queued, "resumed": self.resumed, "run_status": self.run_status}
+        """``{"queued", "resumed", "run_status", "resume_needed"}``."""
+        return {
+            "queued": self.queued,
+            "resumed": self.resumed,
+            "run_status": self.run_status,
+            "resume_needed": self.resume_needed,
+        }
 
 
 class Resumer(Protocol):
@@ -165,8 +173,7 @@ class AnswerService:
             answer = lifecycle.check_fits(found, answer)
         result = await self.store.answer(interaction_id, answer, answered_by=answered_by)
         resumed = await self._resume_if_ready(run_id, interaction_id, answered_by)
-        status = (await self.store.get_run(run_id)).status
-        return AnswerOutcome(result.message is not None, resumed, status)
+        return await self._outcome(run_id, result.message is not None, resumed)
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
@@ -190,7 +197,16 @@ class AnswerService:
         for iid, value in checked.items():
             await self.store.answer(iid, value, answered_by=answered_by)
         resumed = await self._resume_if_ready(run_id, None, answered_by)
-        return AnswerOutcome(False, resumed, (await self.store.get_run(run_id)).status)
+        return await self._outcome(run_id, False, resumed)
+
+    async def _outcome(self, run_id: str, queued: bool, resumed: bool) -> AnswerOutcome:
+        """The outcome, with the run's status now and whether someone must resume it."""
+        run = await self.store.get_run(run_id)
+        stalled = (
+            not resumed and run.lease is None and not is_cluster_run(run)
+            and await ready_to_resume(self.store, run)
+        )  # fmt: skip
+        return AnswerOutcome(queued, resumed, run.status, stalled)
 
     async def _resume_if_ready(self, run_id: str, answered: str | None, by: str) -> bool:
         run = await self.store.get_run(run_id)

@@ -103,13 +103,19 @@ def outcome_text(outcome: dict[str, Any], run_id: str | None = None) -> str:
     """What an answer did, in words: the agent reads it later, the run goes on, or it waits.
 
     A run that nothing executes (``interrupted``, ``failed_resumable``,
-    ``cancelled``) keeps the answer until it is resumed, which this says,
+    ``cancelled``, or paused with every answer in while its process is gone:
+    ``resume_needed``) keeps the answer until it is resumed, which this says,
     with the command that resumes it (the JupyterLab sidebar says the same).
     """
     status = str(outcome.get("run_status") or "")
     run = f"run {run_id}" if run_id else "the run"
     if outcome.get("resumed"):
         return "Answered — the run goes on"
+    if outcome.get("resume_needed"):  # paused, answered, and its process is gone
+        return (
+            f"Saved — every answer {run} waits for is in, but nothing executes it:"
+            f" resume it (%iterion resume {run_id or 'RUN'})"
+        )
     if status in OVER:
         return f"Saved — but {run} has ended ({status}): no agent will read it"
     if status and status not in LIVE:

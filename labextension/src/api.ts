@@ -55,6 +55,8 @@ export interface IAnswerOutcome {
   resumed: boolean;
   /** The run's status once the answer is in. */
   run_status?: string;
+  /** Paused with every answer in, and nothing executes it: someone must resume it. */
+  resume_needed?: boolean;
 }
 
 export interface IDiagnostic {

@@ -82,9 +82,22 @@ export function answerText(q: IQuestion): string {
 export function outcomeText(
   outcome: IAnswerOutcome,
   q: IQuestion
-): { saved: boolean; parts: Parts } {
+): { saved: boolean; parts: Parts; stalled?: boolean } {
   if (outcome.resumed) {
     return { saved: false, parts: ['Answered — the run goes on'] };
+  }
+  if (outcome.resume_needed) {
+    // paused with every answer in, and the process that ran it is gone
+    return {
+      saved: true,
+      stalled: true,
+      parts: [
+        `Saved — every answer run ${q.run_id} waits for is in, but nothing executes it: ` +
+          'resume it (',
+        ...resumeHint(q.run_id),
+        ')'
+      ]
+    };
   }
   const status = outcome.run_status ?? q.run_status;
   if (status && !isLive(status)) {
@@ -212,7 +225,9 @@ export class InboxPanel extends Widget {
     // a "saved until the run is resumed" message goes once the run is live again
     const shown = this._shown;
     const run = shown?.saved ? snap?.runs.find(r => r.id === shown.run) : undefined;
-    if (run && isLive(run.status)) {
+    // (a paused run that waits for its resume: once it is no longer paused)
+    const moved = shown?.stalled ? run?.status !== 'paused_waiting_human' : isLive(run?.status);
+    if (run && moved) {
       this._clear();
     }
   }
@@ -305,7 +320,7 @@ export class InboxPanel extends Widget {
     controls.forEach(c => (c.disabled = true));
     try {
       const outcome = outcomeText(await this.api.answer(q, answer, this.who()), q);
-      this._say(outcome.parts, outcome.saved ? 'saved' : 'sent', q);
+      this._say(outcome.parts, outcome.saved ? 'saved' : 'sent', q, outcome.stalled === true);
     } catch (err) {
       const message = err instanceof ApiError ? err.message : String(err);
       this._say([`Not answered: ${message}`], 'error', q);
@@ -317,9 +332,15 @@ export class InboxPanel extends Widget {
    * Say what answering did. A plain confirmation goes after SENT_SHOWN_MS; what
    * asks for something (resume the run; an error) stays until dismissed, or
    * until the next answer says something else; "saved until the run is
-   * resumed" also goes once the run is live again.
+   * resumed" also goes once the run is live again (a paused run that waits to
+   * be resumed: once it is no longer paused).
    */
-  private _say(parts: Parts, kind: 'sent' | 'saved' | 'error', q: IQuestion): void {
+  private _say(
+    parts: Parts,
+    kind: 'sent' | 'saved' | 'error',
+    q: IQuestion,
+    stalled = false
+  ): void {
     this._clear();
     const cls = kind === 'error' ? 'iterion-error' : kind === 'saved' ? 'iterion-ok iterion-saved' : 'iterion-ok';
     this._result.replaceChildren(
@@ -340,7 +361,7 @@ export class InboxPanel extends Widget {
         )
       )
     );
-    this._shown = { saved: kind === 'saved', run: q.run_id };
+    this._shown = { saved: kind === 'saved', run: q.run_id, stalled };
     if (kind === 'sent') {
       this._resultTimer = window.setTimeout(() => this._clear(), SENT_SHOWN_MS);
     }
@@ -382,7 +403,7 @@ export class InboxPanel extends Widget {
   private readonly _answered: HTMLElement;
   private readonly _timer: number;
   private _resultTimer = 0;
-  private _shown: { saved: boolean; run: string } | null = null;
+  private _shown: { saved: boolean; run: string; stalled: boolean } | null = null;
 }
 
 /**

@@ -115,7 +115,10 @@ async def test_questions_answered_over_rest_reach_the_agent(
         status, body = await asyncio.to_thread(
             call, f"{base}/interactions/{iid}/answer", "POST", {"answer": answer}, token
         )
-        assert (status, body) == (200, {"queued": True, "resumed": False, "run_status": "running"})
+        assert (status, body) == (
+            200,
+            {"queued": True, "resumed": False, "run_status": "running", "resume_needed": False},
+        )
     status, again = await asyncio.to_thread(
         call, f"{base}/interactions/{ids[1]}/answer", "POST", {"answer": "twice"}, token
     )
@@ -329,3 +332,48 @@ async def test_resume_of_a_run_another_process_executes_names_that_process(
         assert f"`iterion-nb resume {run_id}`" in body["message"]
     finally:
         await store.close()
+
+
+async def test_an_answer_nothing_will_resume_the_run_for_says_to_resume_it(
+    tmp_path: Path,
+) -> None:
+    """Paused, its process gone, answered through a process that runs nothing: resume it."""
+    from iterion_nb.api.holder import open_served_store
+
+    db = tmp_path / "s.duckdb"
+    (tmp_path / "gate.iter").write_text(GATE)
+    paused = []
+    for _ in range(2):  # each `run` stops at the gate and exits: nothing executes the run
+        ran = await asyncio.to_thread(
+            cli, "run", "gate.iter", "--store", str(db), "--json", cwd=tmp_path
+        )
+        assert ran.returncode == 0, ran.stderr
+        paused.append(json.loads(ran.stdout))
+    store = open_served_store(db)  # this process holds the file and serves it, runs nothing
+    try:
+        holder = json.loads(holder_file(db).read_text())
+        run, (question,) = paused[0]["id"], paused[0]["questions"]
+        status, body = await asyncio.to_thread(
+            call, f"{holder['url']}/api/runs/{run}/interactions/{question['id']}/answer",
+            "POST", {"answer": "yes"}, holder["token"],
+        )  # fmt: skip
+        assert status == 200, body
+        assert body == {
+            "queued": False, "resumed": False, "run_status": "paused_waiting_human",
+            "resume_needed": True,
+        }  # fmt: skip
+        run, (question,) = paused[1]["id"], paused[1]["questions"]
+        said = await asyncio.to_thread(
+            cli, "runs", "answer", run, question["id"], "yes", "--store", str(db), cwd=tmp_path
+        )
+        assert said.returncode == 0, said.stderr
+        assert said.stdout == (
+            f"answer recorded; every answer run {run} waits for is in, but nothing executes it:"
+            f" resume it with `iterion-nb resume {run} --store {db}`\n"
+        )
+    finally:
+        await store.close()
+    resumed = await asyncio.to_thread(cli, "resume", run, "--store", str(db), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr  # and so it goes on, with its answer
+    shown = json.loads(cli("runs", "show", run, "--store", str(db), "--json", cwd=tmp_path).stdout)
+    assert shown["status"] == "finished"

@@ -123,6 +123,7 @@ async def test_an_answer_given_mid_run_is_in_the_next_turn(harness_factory: Any)
         "queued": True,
         "resumed": False,
         "run_status": "running",
+        "resume_needed": False,
     }
     HOLD.set()
     assert await run.wait(10) == "finished", run.error
@@ -183,6 +184,7 @@ async def test_await_tool_pauses_and_resumes_itself_with_all_answers(
         "queued": True,
         "resumed": False,
         "run_status": "paused_waiting_human",
+        "resume_needed": False,
     }
     assert (await run.answer(asked[1].id, "short")).items() >= {
         "queued": True,
@@ -265,6 +267,7 @@ async def test_answers_given_while_paused_arrive_after_resume(harness_factory: A
         "queued": True,
         "resumed": False,
         "run_status": "paused_waiting_human",
+        "resume_needed": False,
     }
     assert run.status == "paused_waiting_human"
     assert (await run.answer(by_kind["ask_user"].id, "yes")).items() >= {

@@ -414,7 +414,7 @@ def test_a_second_answer_says_who_answered_what_and_a_stopped_run_says_how_to_go
     )
     as_json = run("runs", "answer", run_id, third, "engineers", "--json", "--store", store)
     assert json.loads(as_json.stdout) == {
-        "queued": True, "resumed": False, "run_status": "cancelled"
+        "queued": True, "resumed": False, "run_status": "cancelled", "resume_needed": False
     }  # fmt: skip
     resumed = run("resume", run_id, "--store", store, "--json", cwd=tmp_path)
     assert json.loads(resumed.stdout)["status"] == "finished", resumed.stderr

@@ -438,6 +438,40 @@ def test_a_question_of_a_run_not_running_says_how_to_resume_it(
     }
 
 
+def test_an_answer_nothing_will_resume_the_run_for_says_to_resume_it(
+    lab: dict[str, Any], page: Any
+) -> None:
+    """A gate whose `run` exited: answered here (the server runs nothing), it says resume it."""
+    root = lab["root"]
+    (root / "ship.iter").write_text(
+        'human ok:\n  instructions: "Ship it?"\n\nworkflow ship:\n  entry: ok\n  ok -> done\n'
+    )
+    ran = subprocess.run(
+        [str(CLI), "run", str(root / "ship.iter"), "--store", str(root / ".iterion"), "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    run_id = json.loads(ran.stdout)["id"]  # paused at its gate; its process is gone
+    open_lab(page, lab)
+    card = page.locator(f"{INBOX} .iterion-card.pending", has_text="Ship it?")
+    card.wait_for(timeout=60_000)
+    box = card.locator("input.iterion-free-text")
+    box.fill("ship it")
+    box.press("Enter")
+    saved = page.locator(f"{INBOX} .iterion-result.iterion-saved .iterion-result-text")
+    saved.wait_for(timeout=30_000)
+    assert saved.inner_text() == (
+        f"Saved — every answer run {run_id} waits for is in, but nothing executes it:"
+        f" resume it ({resume_hint(run_id)})"
+    )
+    time.sleep(3)  # the next pushes (the run still paused) leave it: it asks for something
+    assert saved.is_visible()
+    resumed = cli_resume(lab, run_id)
+    out, err = resumed.communicate(timeout=60)
+    assert json.loads(out)["status"] == "finished", err
+    saved.wait_for(state="detached", timeout=30_000)  # no longer paused: it no longer holds
+
+
 def wait_for_underline(page: Any, scope: str, text: str) -> Any:
     mark = page.locator(f"{scope} .cm-iterion-error", has_text=text)
     mark.wait_for(timeout=30_000)

@@ -154,7 +154,12 @@ def test_run_answer_wait_through_the_magics(
     table = ok(shell, "%iterion runs")
     assert handle.id in repr(table) and "notes" in repr(table)
     said = ok(shell, "%iterion answer {r.id} {q.id} formal")
-    assert said == {"queued": True, "resumed": False, "run_status": "running"}
+    assert said == {
+        "queued": True,
+        "resumed": False,
+        "run_status": "running",
+        "resume_needed": False,
+    }
     assert repr(said) == "Sent — the agent reads it at its next turn"
     assert ok(shell, "%iterion wait {r.id}") == "finished"
     assert handle.outputs["writer"] == {"text": "a draft"}

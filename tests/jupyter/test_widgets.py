@@ -154,6 +154,44 @@ async def test_a_question_of_a_run_nothing_executes_says_the_answer_waits_for_th
     widget.close()
 
 
+async def test_an_answer_that_leaves_a_run_waiting_for_its_resume_says_to_resume_it(
+    tmp_path: Path,
+) -> None:
+    """Paused at a gate, its session gone; answered where nothing runs workflows: resume it."""
+    from iterion_nb.runtime.answers import AnswerService
+
+    gate = 'human ok:\n  instructions: "Ship it?"\n\nworkflow w:\n  entry: ok\n  ok -> done\n'
+    first = Session(tmp_path / "s", workdir=tmp_path)
+    run = await first.start(it.compile(gate))
+    assert await run.wait(10) == "paused_waiting_human"
+    await first.close()  # nothing executes the run now, nor keeps it parked
+    second = Session(tmp_path / "s", workdir=tmp_path)
+    answers = AnswerService(second.store)  # as the Jupyter server's: it runs no workflows
+
+    async def answer(run_id: str, iid: str, value: Any, by: str) -> dict[str, Any]:
+        return (await answers.answer(run_id, iid, value, by)).to_dict()
+
+    inbox = InboxWidget(second.store, answer, None)
+    try:
+        await until(lambda: len(inbox.pending) == 1)
+        iid = inbox.pending[0]["id"]
+        inbox._handle_custom_msg({"type": "answer", "run_id": run.id, "interaction_id": iid,
+                                  "answer": "yes"}, [])  # fmt: skip
+        await until(lambda: inbox.last_result.get("interaction_id") == iid)
+        assert inbox.last_result["text"] == (
+            f"Saved — every answer run {run.id} waits for is in, but nothing executes it:"
+            f" resume it (%iterion resume {run.id})"
+        )
+        resumed = await second.resume(run.id)
+        assert await resumed.wait(10) == "finished"
+        await until(
+            lambda: inbox.last_result.get("text") == "Answered — the run has since finished"
+        )
+    finally:
+        inbox.close()
+        await second.close()
+
+
 @pytest.fixture
 def shell(tmp_path: Path) -> Iterator[InteractiveShell]:
     """A real IPython shell with the extension loaded."""
@@ -175,7 +213,12 @@ def test_the_answer_magic_says_the_same_for_a_run_nothing_executes(
     said = shell.run_cell("%iterion answer {r.id} {q.id} formal")
     assert said.success, said.error_in_exec
     run_id = shell.user_ns["r"].id
-    assert said.result == {"queued": True, "resumed": False, "run_status": "cancelled"}
+    assert said.result == {
+        "queued": True,
+        "resumed": False,
+        "run_status": "cancelled",
+        "resume_needed": False,
+    }
     assert repr(said.result) == (  # the widgets' words
         f"Saved — run {run_id} is cancelled, so the agent gets your answer when the run is"
         f" resumed (%iterion resume {run_id})"

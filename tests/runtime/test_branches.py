@@ -248,7 +248,12 @@ async def test_gate_parks_only_its_branch_and_an_answer_releases_it(
         return await run.answer(question.id, "formal")
 
     outcome = await asyncio.create_task(answer_later())
-    assert outcome == {"queued": True, "resumed": False, "run_status": "running"}
+    assert outcome == {
+        "queued": True,
+        "resumed": False,
+        "run_status": "running",
+        "resume_needed": False,
+    }
     assert await run.wait(5) == "finished"
     assert run.outputs["gate"]["answers"][0]["answer"] == "formal"
 

@@ -95,7 +95,12 @@ def test_an_authenticated_answer_reaches_a_run_live_in_another_process(
         body = json.dumps({"answer": answer, "answered_by": "jupyter"})
         outcome = fetch(loop, jp_fetch, "runs", run["id"], "interactions", question["id"],
                         "answer", method="POST", body=body)  # fmt: skip
-        assert outcome == {"queued": True, "resumed": False, "run_status": "running"}
+        assert outcome == {
+            "queued": True,
+            "resumed": False,
+            "run_status": "running",
+            "resume_needed": False,
+        }
     # the agent in the other process received the answers and finished
     out, err = live_run.communicate(timeout=60)
     assert live_run.returncode == 0, err
@@ -231,7 +236,12 @@ def test_the_cli_runs_a_workflow_while_the_jupyter_server_holds_the_store(
             body = json.dumps({"answer": answer, "answered_by": "jupyter"})
             outcome = fetch(loop, jp_fetch, "runs", run["id"], "interactions", question["id"],
                             "answer", method="POST", body=body)  # fmt: skip
-            assert outcome == {"queued": True, "resumed": False, "run_status": "running"}
+            assert outcome == {
+                "queued": True,
+                "resumed": False,
+                "run_status": "running",
+                "resume_needed": False,
+            }
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
