@@ -571,20 +571,27 @@ def _object_or_text(text: str) -> Any:
     return {"text": text}
 
 
+#: Waits for one line on stdin, then becomes ``/bin/sh -c COMMAND`` (same pid,
+#: same group, the rest of stdin untouched): the command does nothing before the
+#: reaper watches its group, and nothing at all if this process dies first.
+_GATED_SHELL = 'read -r _ && exec /bin/sh -c "$1"'
+
+
 async def _run_shell(
     command: str, stdin: str, cwd: Path, timeout: float | None
 ) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_shell(
-        command,
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", _GATED_SHELL, "sh", command,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=cwd,
         start_new_session=True,
-    )
+    )  # fmt: skip
     reaper.watch(proc.pid)  # killed with this process, should it die first
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
+        gated = "\n" + stdin  # the line that lets the command start, once watched
+        out, err = await asyncio.wait_for(proc.communicate(gated.encode()), timeout)
     except (TimeoutError, asyncio.CancelledError):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

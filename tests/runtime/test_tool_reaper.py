@@ -84,6 +84,29 @@ def test_a_tool_of_a_process_killed_with_sigkill_dies_with_it(tmp_path: Path) ->
             proc.kill()
 
 
+def test_a_process_killed_before_its_reaper_knows_the_tool_never_runs_it(
+    tmp_path: Path,
+) -> None:
+    """Kill -9 between the command's spawn and the reaper hearing of it: no command runs."""
+    # the kill lands at the worst moment: the shell exists, the reaper was not told
+    script = RUNNER.replace(
+        "import iterion_nb as it",
+        "import iterion_nb as it, os, signal\n"
+        "from iterion_nb.runtime import reaper\n"
+        "reaper.watch = lambda pgid: (\n"
+        "    print(pgid, flush=True), os.kill(os.getpid(), signal.SIGKILL))",
+    ).replace("sleep 4", "sleep 0.1")
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], cwd=tmp_path, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    shell = int(proc.stdout.split()[0])
+    assert until(lambda: not alive(shell), 10), "the gated shell outlived its process"
+    time.sleep(0.5)
+    assert lines(tmp_path / "log.txt") == [], "the command ran unwatched"
+
+
 def test_a_tool_that_ends_is_forgotten_and_the_run_goes_on(tmp_path: Path) -> None:
     """The reaper does not stand in the way of tools that end normally."""
     script = RUNNER.replace("sleep 4", "sleep 0.1")
