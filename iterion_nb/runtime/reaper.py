@@ -7,7 +7,9 @@ checkpoint and runs that node again while the orphan still runs — two
 executions of one node at once. So each process that runs tools starts one
 small *reaper* with its first tool: it is told each command's group as the
 command starts and ends, and when the pipe from its parent closes (the
-parent is gone, however it died) it kills the groups still running.
+parent is gone, however it died) it kills the groups still running. A tool
+command waits for a line on its stdin that is sent only once the reaper was
+told of its group, so no kill lands between its start and the reaper's watch.
 """
 
 from __future__ import annotations
