@@ -34,6 +34,7 @@ from iterion_nb.errors import (
     ResumeError,
     RunOwnedError,
     StoreError,
+    StoreLockedError,
 )
 
 #: Request bodies larger than this are refused (answers are at most 64 KB).
@@ -177,6 +178,8 @@ def api_error(err: IterionError) -> ApiError:
         return ApiError(409, "run_owned", str(err), run_id=err.run_id, owner=owner)
     if isinstance(err, LeaseLostError):
         return ApiError(409, "lease_lost", str(err), run_id=err.run_id)
+    if isinstance(err, StoreLockedError):  # 503: try again once the file is free or served
+        return ApiError(503, "store_locked", str(err), pid=err.pid)
     if isinstance(err, QuestionClosedError):  # 410 Gone: expired, or retracted by its asker
         return ApiError(410, err.ended, str(err), interaction_id=err.interaction_id,
                         reason=err.reason)  # fmt: skip

@@ -293,22 +293,31 @@ class StoreService:
         return run.status
 
 
-def serve_store(store: Store, db_path: Path) -> Holder:
-    """Serve a bare store from this process (call from a running event loop).
+def serve_store(
+    store: Store, db_path: Path, loop: asyncio.AbstractEventLoop | None = None
+) -> Holder:
+    """Serve a bare store from this process: its calls run on ``loop`` (default: the running one).
 
     The server stops when the store closes.
     """
-    holder = Holder(StoreService(store), store, db_path, asyncio.get_running_loop()).start()
+    holder = Holder(StoreService(store), store, db_path, loop or asyncio.get_running_loop())
+    holder.start()
     adder = getattr(store, "add_closer", None)
     if adder is not None:
         adder(holder.stop)
     return holder
 
 
-def open_served_store(path: str | os.PathLike[str] | None = None) -> Store:
-    """:func:`open_store` that starts serving the file if it has to take it over."""
+def open_served_store(
+    path: str | os.PathLike[str] | None = None, loop: asyncio.AbstractEventLoop | None = None
+) -> Store:
+    """:func:`open_store` that starts serving the file if it has to take it over.
+
+    ``loop`` is the loop the store is used on, when this is called from
+    another thread (default: the running loop).
+    """
 
     def take_over(local: Store) -> None:
-        serve_store(local, Path(local.path))  # type: ignore[attr-defined]
+        serve_store(local, Path(local.path), loop)  # type: ignore[attr-defined]
 
     return open_store(path, on_take_over=take_over, on_open=take_over)

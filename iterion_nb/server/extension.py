@@ -117,19 +117,36 @@ class HolderOrFileService:
         self.stopping = False
         #: The open event streams: each one's wake-up, set when it has ended (see :meth:`stream`).
         self._streams: dict[asyncio.Event, asyncio.Event] = {}
+        #: Held while the store is being opened (see :meth:`_ready`).
+        self._opening = asyncio.Lock()
 
-    @property
-    def store(self) -> Store:
+    async def opened(self) -> Store:
         """The store, opened on first use (so the server holds no file until asked)."""
-        return self._store_service.store
+        return (await self._ready()).store
 
-    @property
-    def _store_service(self) -> StoreService:
+    async def _ready(self) -> StoreService:
+        """The service on the open store; the first call opens it, off the server's loop.
+
+        Opening a DuckDB file can wait (up to 15 s) for a process that holds
+        it to publish itself as its holder: meanwhile the server goes on
+        serving notebooks; concurrent requests wait for the one attempt.
+        """
+        self._refuse_when_stopping()
+        if self._service is None:
+            async with self._opening:
+                if self._service is None:
+                    store = await asyncio.to_thread(
+                        open_served_store, self.path, asyncio.get_running_loop()
+                    )
+                    if self.stopping:  # the server stopped meanwhile: nothing serves it now
+                        await asyncio.to_thread(asyncio.run, store.close())
+                        raise StoreError(STOPPING)
+                    self._service = StoreService(store)
+        return self._service
+
+    def _refuse_when_stopping(self) -> None:
         if self.stopping:
             raise StoreError(STOPPING)
-        if self._service is None:
-            self._service = StoreService(open_served_store(self.path))
-        return self._service
 
     @contextlib.contextmanager
     def stream(self, wake: asyncio.Event) -> Any:
@@ -163,43 +180,43 @@ class HolderOrFileService:
 
     async def list_runs(self, status: str | None, limit: int) -> list[Any]:
         """Runs, newest first."""
-        return await self._store_service.list_runs(status, limit)
+        return await (await self._ready()).list_runs(status, limit)
 
     async def get_run(self, run_id: str) -> Any:
         """One run."""
-        return await self._store_service.get_run(run_id)
+        return await (await self._ready()).get_run(run_id)
 
     async def events(self, run_id: str, after: int) -> list[Any]:
         """A run's events."""
-        return await self._store_service.events(run_id, after)
+        return await (await self._ready()).events(run_id, after)
 
     async def pending(self, run_id: str) -> list[Any]:
         """A run's unanswered questions."""
-        return await self._store_service.pending(run_id)
+        return await (await self._ready()).pending(run_id)
 
     async def interactions(self, run_id: str) -> list[Any]:
         """Every question of a run, with its answer."""
-        return await self._store_service.interactions(run_id)
+        return await (await self._ready()).interactions(run_id)
 
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
     ) -> dict[str, Any]:
         """Answer one question (its owner resumes a parked run it completes)."""
-        return await self._store_service.answer(run_id, interaction_id, answer, answered_by)
+        return await (await self._ready()).answer(run_id, interaction_id, answer, answered_by)
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
     ) -> dict[str, Any]:
         """Answer what a paused run waits on."""
-        return await self._store_service.answer_human(run_id, answers, answered_by)
+        return await (await self._ready()).answer_human(run_id, answers, answered_by)
 
     async def resume(self, run_id: str, force: bool) -> str:
         """Refused: the server runs no workflows."""
-        return await self._store_service.resume(run_id, force)
+        return await (await self._ready()).resume(run_id, force)
 
     async def cancel(self, run_id: str) -> str:
         """Cancel a run (one executing elsewhere is asked to stop)."""
-        return await self._store_service.cancel(run_id)
+        return await (await self._ready()).cancel(run_id)
 
 
 def server_store(serverapp: Any) -> str:

@@ -60,7 +60,7 @@ class InboxHandler(ServerRoute):
 
     async def get(self) -> None:  # noqa: D102
         async def act() -> None:
-            self.reply(await snapshot(self.service.store))  # type: ignore[attr-defined]
+            self.reply(await snapshot(await self.service.opened()))  # type: ignore[attr-defined]
 
         await self.guarded(act)
 
@@ -88,7 +88,7 @@ class InboxEventsHandler(ServerRoute):
     async def get(self) -> None:  # noqa: D102
         service = self.service
         try:
-            store = service.store  # type: ignore[attr-defined]
+            store = await service.opened()  # type: ignore[attr-defined]
         except IterionError as err:
             self._fail(api_error(err))
             return
@@ -215,7 +215,8 @@ class ReportHandler(ServerRoute):
             fmt = self.get_query_argument("format", "html")
             if fmt not in ("html", "md"):
                 raise ApiError(400, "bad_request", "format must be html or md")
-            text = await render(self.service.store, run_id, fmt)  # type: ignore[attr-defined]
+            store = await self.service.opened()  # type: ignore[attr-defined]
+            text = await render(store, run_id, fmt)
             kind = "text/html" if fmt == "html" else "text/markdown"
             self.set_header("Cache-Control", "no-store")
             self.set_header("X-Content-Type-Options", "nosniff")

@@ -278,7 +278,7 @@ def test_the_server_serves_a_postgresql_store_named_by_url(postgres_url: str) ->
         service = HolderOrFileService(url)
         assert service.path == url
         runs = await service.list_runs(None, 10)
-        await service.store.close()
+        await (await service.opened()).close()
         return [r.id for r in runs]
 
     assert aio.run(check()) == ["pg1"]
