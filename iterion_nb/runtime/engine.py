@@ -69,6 +69,7 @@ class NodeCtx:
     _emit: Emit = field(repr=False)
 
     _charge: Callable[[int, float], None] = field(repr=False)
+    owner: str | None = None
 
     async def emit(self, event_type: str, data: dict[str, Any] | None = None) -> None:
         """Append an event attributed to this node and branch."""
@@ -149,7 +150,13 @@ class Engine:
     def context_for(self, node: str, branch: str) -> NodeCtx:
         """The context a backend gets for one node call."""
         return NodeCtx(
-            self.store, self.run_id, node, branch, self.event_for(node, branch), self.charge
+            self.store,
+            self.run_id,
+            node,
+            branch,
+            self.event_for(node, branch),
+            self.charge,
+            owner=self.owner,
         )
 
     def charge(self, tokens: int, cost: float) -> None:
@@ -400,6 +407,9 @@ class Engine:
         self.state.usage.iterations += 1
         try:
             output = await self._nodes.run(node, f)
+        except LeaseLostError:  # it asked a question of a run another process took over
+            self.lose()
+            raise _Stop from None
         except Exception as err:  # the node's own record of its failure, then the usual path
             message = str(err) if isinstance(err, NodeError) else f"node '{node.name}': {err}"
             await emit("node_failed", {"kind": node.kind, "error": message})

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iterion_nb.errors import ConflictError, NodeError, PauseRun, VarsError
+from iterion_nb.errors import ConflictError, LeaseLostError, NodeError, PauseRun, VarsError
 from iterion_nb.ir import model as m
 from iterion_nb.ir.cursors import calibration
 from iterion_nb.ir.evaluate import ExpressionError, evaluate
@@ -104,7 +104,7 @@ class NodeRunner:
             await emit("llm_request", {"purpose": request.purpose, "model": request.model})
         try:
             result = await backend.call(request)
-        except (NodeError, PauseRun):
+        except (NodeError, PauseRun, LeaseLostError):
             raise
         except Exception as err:
             raise NodeError(request.node.name, f"backend failed: {err}") from err
@@ -287,7 +287,7 @@ class NodeRunner:
             expires_at=expires, accepts=None if schema is None else lifecycle.accepts_of(schema),
         )  # fmt: skip
         try:
-            await self.store.add_interaction(record)
+            await self.store.add_interaction(record, owner=self.engine.owner)
         except ConflictError:
             existing = await self.store.get_interaction(iid)
             if (existing.node_id, existing.kind) != (node.name, "human"):
@@ -483,7 +483,7 @@ class NodeRunner:
             expires_at=datetime.fromtimestamp(deadline, UTC),
         )  # fmt: skip
         with contextlib.suppress(ConflictError):  # paused here before: the same pause
-            await self.store.add_interaction(record)
+            await self.store.add_interaction(record, owner=self.engine.owner)
         state = {"deadline": deadline, "await": iid, "interactions": [iid]}
         f.resume = state
         raise PauseRun(iid, state)

@@ -181,8 +181,19 @@ class Store(Protocol):
         """Every version of every artifact of a run, by name then version."""
         ...
 
-    async def add_interaction(self, interaction: Interaction) -> Interaction:
-        """Record a question (committed before returning; rings the doorbell)."""
+    async def add_interaction(
+        self, interaction: Interaction, *, owner: str | None = None
+    ) -> Interaction:
+        """Record a question (committed before returning; rings the doorbell).
+
+        With ``owner``, the question is recorded only while the run is stored
+        under that owner (its lease lapsed or not): a process that lost the
+        run to another asks nobody a question nobody would read.
+
+        Raises:
+            ConflictError: A question with this id exists.
+            LeaseLostError: ``owner`` no longer holds the run (nothing is written).
+        """
         ...
 
     async def get_interaction(self, interaction_id: str) -> Interaction:
@@ -362,6 +373,8 @@ class NodeContext(Protocol):
     run_id: str
     node_id: str
     branch_id: str
+    #: The claimant whose lease the run executes under: questions are recorded under it.
+    owner: str | None
 
     async def emit(self, event_type: str, data: dict[str, Any] | None = None) -> None:
         """Append an event to the run, attributed to this node and branch."""

@@ -37,6 +37,7 @@ import duckdb
 
 from iterion_nb.errors import (
     ConflictError,
+    LeaseLostError,
     NotFoundError,
     QuestionClosedError,
     StoreError,
@@ -395,11 +396,17 @@ class DuckDBStore(Questions):
         return await self._call(body)
 
     # -- interactions ----------------------------------------------------
-    async def add_interaction(self, interaction: Interaction) -> Interaction:
+    async def add_interaction(
+        self, interaction: Interaction, *, owner: str | None = None
+    ) -> Interaction:
         i = interaction
 
         def body() -> Interaction:
             self._require_run(i.run_id)
+            if owner is not None:
+                row = self._con.execute("SELECT owner_id FROM runs WHERE id = ?", [i.run_id])
+                if row.fetchone() != (owner,):
+                    raise LeaseLostError(i.run_id)
             if self._con.execute("SELECT 1 FROM interactions WHERE id = ?", [i.id]).fetchone():
                 raise ConflictError(f"interaction '{i.id}' already exists")
             self._con.execute(

@@ -303,9 +303,13 @@ class MemoryStore:
         return sorted(found, key=lambda a: (a.name, a.version))
 
     # -- interactions ----------------------------------------------------
-    async def add_interaction(self, interaction: Interaction) -> Interaction:
+    async def add_interaction(
+        self, interaction: Interaction, *, owner: str | None = None
+    ) -> Interaction:
         with self._lock:
-            self._run(interaction.run_id)
+            run = self._run(interaction.run_id)
+            if owner is not None and (run.lease is None or run.lease.owner != owner):
+                raise LeaseLostError(interaction.run_id)
             if interaction.id in self._interactions:
                 raise ConflictError(f"interaction '{interaction.id}' already exists")
             self._interactions[interaction.id] = interaction

@@ -33,7 +33,7 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from iterion_nb.errors import ConflictError, NotFoundError, StoreError
+from iterion_nb.errors import ConflictError, LeaseLostError, NotFoundError, StoreError
 from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import Doorbell, node_key
 from iterion_nb.runtime.records import (
@@ -267,12 +267,20 @@ class PostgresStore(PgQuestions):
         return await self._call(lambda: self._read(body))
 
     # -- interactions ----------------------------------------------------
-    async def add_interaction(self, interaction: Interaction) -> Interaction:
+    async def add_interaction(
+        self, interaction: Interaction, *, owner: str | None = None
+    ) -> Interaction:
         i = interaction
         check_text(i.id, i.run_id, i.node_id, i.branch_id)
 
         async def body(conn: Conn) -> Interaction:
             await self._require_run(conn, i.run_id)
+            if owner is not None:  # the run's row stays as read until this commits
+                cur = await conn.execute(
+                    "SELECT owner_id FROM runs WHERE id = %s FOR SHARE", [i.run_id]
+                )
+                if await cur.fetchone() != (owner,):
+                    raise LeaseLostError(i.run_id)
             cur = await conn.execute(
                 f"INSERT INTO interactions ({INTERACTION_COLUMNS}) VALUES ({INTERACTION_VALUES})"
                 f" ON CONFLICT (id) DO NOTHING RETURNING {INTERACTION_COLUMNS}",

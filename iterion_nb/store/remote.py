@@ -449,8 +449,8 @@ class RemoteStore:
     async def list_artifacts(self, run_id: str) -> Any:
         return await self._call("list_artifacts", run_id)
 
-    async def add_interaction(self, interaction: Interaction) -> Any:
-        stored = await self._add("add_interaction", interaction, "get_interaction")
+    async def add_interaction(self, interaction: Interaction, *, owner: str | None = None) -> Any:
+        stored = await self._add("add_interaction", interaction, "get_interaction", owner=owner)
         self.doorbell.ring(node_key(interaction.run_id, interaction.node_id))
         return stored
 

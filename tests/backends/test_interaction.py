@@ -10,6 +10,7 @@ import pytest
 
 import iterion_nb as it
 from iterion_nb.errors import AlreadyAnsweredError, InvalidAnswerError
+from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.records import Interaction
 from iterion_nb.session import RunHandle
 
@@ -465,3 +466,34 @@ async def test_the_events_hold_what_the_model_was_told_and_said(harness_factory:
     assert [(c["name"], c["input"]) for c in replies[0]["calls"]] == [("hold", {})]
     (result,) = [e.data for e in events if e.type == "tool_result"]
     assert (result["tool"], result["result"]) == ("hold", "done holding")
+
+
+async def test_an_agent_whose_run_was_taken_over_asks_nobody(harness_factory: Any) -> None:
+    """A frozen owner that wakes after another process took its run records no question.
+
+    Its question would sit in every inbox, and an answer to it would be acknowledged
+    and then read by nobody: the store refuses it, and the old owner stops there.
+    """
+    h: Harness = harness_factory({"nodes": {"writer": [
+        {"tool_calls": [{"name": "hold"}]},
+        {"tool_calls": [ask("Formal or casual?")]},
+        FINAL,
+        FINAL,
+    ]}}, lease_seconds=0.6)  # fmt: skip
+    run = await h.start(agent_flow())
+    store = h.session.store
+    await wait_for(lambda: _called(run, "hold"))
+    await h.session.leases.stop()  # as if its process froze: the lease lapses
+    await asyncio.sleep(0.8)
+    taker = Claimant.here(60)
+    await store.acquire_run(run.id, taker)  # another process took the run
+    HOLD.set()  # the frozen owner wakes up and goes on to its next turn
+    outcome = await asyncio.wait_for(h.session._tasks[run.id], 20)
+    assert outcome == "interrupted"  # this process's execution stopped: the run is not its own
+    assert await store.interactions(run.id) == []  # nobody is asked a thing
+    record = await store.get_run(run.id)
+    assert record.lease is not None and record.lease.owner == taker.id
+
+
+async def _called(run: RunHandle, tool: str) -> bool:
+    return any(e.type == "tool_called" and e.data.get("tool") == tool for e in await run.events())

@@ -184,6 +184,27 @@ async def test_a_lost_owner_writes_nothing(store: Store, clock: Clock) -> None:
     assert "run_finished" not in [e.type for e in await store.events("r1")]
 
 
+async def test_a_lost_owner_asks_no_question(store: Store, clock: Clock) -> None:
+    """A process that lost the run records no question: nobody would read its answer."""
+    me, other = owner(ttl=5), owner(ttl=5)
+    await store.create_run(make_run(status="running"), owner=me)
+    await store.add_interaction(make_question("q1", minute=0), owner=me.id)  # its own run: recorded
+    clock.now += timedelta(seconds=6)
+    # lapsed, but nobody took it: still its own
+    await store.add_interaction(make_question("q2", minute=1), owner=me.id)
+    await store.acquire_run("r1", other)
+    with pytest.raises(LeaseLostError):
+        await store.add_interaction(make_question("q3", minute=2), owner=me.id)
+    await store.add_interaction(make_question("q4", minute=3), owner=other.id)
+    await store.release_runs(other.id, ["r1"])
+    with pytest.raises(LeaseLostError):  # nobody holds it now: not this owner either
+        await store.add_interaction(make_question("q5", minute=4), owner=other.id)
+    pending = [i.id for i in await store.pending_interactions("r1")]
+    assert pending == ["q1", "q2", "q4"]
+    with pytest.raises(NotFoundError):
+        await store.get_interaction("q3")
+
+
 async def test_an_answer_and_its_event_are_one_record(store: Store) -> None:
     await store.create_run(make_run())
     await store.add_interaction(make_question())

@@ -36,7 +36,7 @@ from iterion_nb.backends.claw import interaction as it_tools
 from iterion_nb.backends.claw.loop import AgentLoop, inherited_session
 from iterion_nb.backends.mcp import cli_allowed, cli_servers
 from iterion_nb.backends.providers.base import ToolSpec, image_data
-from iterion_nb.errors import AlreadyAnsweredError, NodeError, PauseRun
+from iterion_nb.errors import AlreadyAnsweredError, LeaseLostError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import BackendRequest, BackendResult
 from iterion_nb.runtime.records import Interaction, utcnow
@@ -53,6 +53,8 @@ READ_IMAGE = ToolSpec(
     {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"],
      "additionalProperties": False},
 )  # fmt: skip
+#: Why a session ends when a question is refused (the run is no longer this process's).
+LOST = "another process took this run over: this one stops"
 #: The oldest CLI known to honour ``defer`` and resume a deferred call.
 MIN_CLI = (2, 1, 300)
 
@@ -160,6 +162,8 @@ class _Session:
         self.ctx = self.loop.ctx
         self.calls: dict[str, collections.deque[str]] = collections.defaultdict(collections.deque)
         self.deferred: dict[str, Any] | None = None
+        #: Set when a question was refused: another process took the run over.
+        self.lost: LeaseLostError | None = None
         self.stop_blocks = 0
         self.skip: set[str] = set()
         self.cost = 0.0
@@ -227,7 +231,11 @@ class _Session:
             return {"content": it_tools.blocking_result(record)}
         if name == "await_answers":
             return await self._await_answers(call)
-        block = await self.loop._run_call(call)
+        try:
+            block = await self.loop._run_call(call)
+        except LeaseLostError as err:  # an async question refused: the next hook ends the session
+            self.lost = err
+            return {"content": LOST, "is_error": True}
         return {"content": str(block["content"]), "is_error": bool(block.get("is_error"))}
 
     async def _await_answers(self, call: dict[str, Any]) -> dict[str, Any]:
@@ -265,19 +273,28 @@ class _Session:
     async def _pre_tool(self, data: dict[str, Any], tool_use_id: str | None, _: Any) -> Any:
         await self._flush(self._pending)  # the model's turn is complete once it calls tools
         if self.failure is not None:  # over tool_max_steps: run nothing more, end the session
-            reason = str(self.failure)
-            return {"continue_": False, "stopReason": reason, "hookSpecificOutput": {
-                "hookEventName": "PreToolUse", "permissionDecision": "deny",
-                "permissionDecisionReason": reason}}  # fmt: skip
+            return self._end_session(str(self.failure))
         name = str(data.get("tool_name", "")).removeprefix(PREFIX)
         call_id = str(data.get("tool_use_id") or tool_use_id or "")
         call = {"id": call_id, "name": name, "input": data.get("tool_input") or {}}
         self.calls[name].append(call_id)
-        if name == "ask_user" and self.loop._granted(name):
-            return await self._pre_ask_user(call)
-        if name == "await_answers" and self.loop._granted(name) and not self.request.in_branch:
-            return await self._pre_await(call)
+        try:
+            if name == "ask_user" and self.loop._granted(name):
+                return await self._pre_ask_user(call)
+            if name == "await_answers" and self.loop._granted(name) and not self.request.in_branch:
+                return await self._pre_await(call)
+        except LeaseLostError as err:
+            self.lost = err
+        if self.lost is not None:  # another process took the run over: end the session
+            return self._end_session(LOST)
         return {}
+
+    @staticmethod
+    def _end_session(reason: str) -> dict[str, Any]:
+        """The hook's answer that runs nothing more and ends the CLI's session."""
+        return {"continue_": False, "stopReason": reason, "hookSpecificOutput": {
+            "hookEventName": "PreToolUse", "permissionDecision": "deny",
+            "permissionDecisionReason": reason}}  # fmt: skip
 
     def _defer(self, state: dict[str, Any]) -> dict[str, Any]:
         self.deferred = state
@@ -506,6 +523,8 @@ class _Session:
             result = await self._query(self.request.user or "Begin.", parent, fork)
         repaired = False
         while True:
+            if self.lost is not None:
+                raise self.lost
             if result.stop_reason == "tool_deferred" and self.deferred is not None:
                 self.ctx.charge(0, self.cost)
                 self.cost = 0.0

@@ -532,7 +532,7 @@ class AgentLoop:
         like a person's fast answer, read at the agent's next turn.
         """
         try:
-            await self.ctx.store.add_interaction(record)
+            await self.ctx.store.add_interaction(record, owner=self.ctx.owner)
         except ConflictError:
             existing = await self.ctx.store.get_interaction(record.id)
             if (existing.node_id, existing.kind) != (record.node_id, record.kind):
