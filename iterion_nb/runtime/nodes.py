@@ -288,6 +288,8 @@ class NodeRunner:
         )  # fmt: skip
         try:
             await self.store.add_interaction(record, owner=self.engine.owner)
+        except LeaseLostError:  # (a ConflictError too) the run is no longer ours: stop
+            raise
         except ConflictError:
             existing = await self.store.get_interaction(iid)
             if (existing.node_id, existing.kind) != (node.name, "human"):
@@ -482,8 +484,12 @@ class NodeRunner:
             branch_id=f.branch, waits_on=tuple(p.id for p in pending),
             expires_at=datetime.fromtimestamp(deadline, UTC),
         )  # fmt: skip
-        with contextlib.suppress(ConflictError):  # paused here before: the same pause
+        try:
             await self.store.add_interaction(record, owner=self.engine.owner)
+        except LeaseLostError:  # (a ConflictError too) the run is no longer ours: stop
+            raise
+        except ConflictError:  # paused here before: the same pause
+            pass
         state = {"deadline": deadline, "await": iid, "interactions": [iid]}
         f.resume = state
         raise PauseRun(iid, state)

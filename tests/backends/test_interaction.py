@@ -491,6 +491,9 @@ async def test_an_agent_whose_run_was_taken_over_asks_nobody(harness_factory: An
     outcome = await asyncio.wait_for(h.session._tasks[run.id], 20)
     assert outcome == "interrupted"  # this process's execution stopped: the run is not its own
     assert await store.interactions(run.id) == []  # nobody is asked a thing
+    # it stopped there: no failure of its own recorded, no later turn, no finish
+    types = [e.type for e in await store.events(run.id)]
+    assert "node_failed" not in types and "node_finished" not in types, types
     record = await store.get_run(run.id)
     assert record.lease is not None and record.lease.owner == taker.id
 

@@ -365,6 +365,8 @@ class _Session:
                                        "additionalContext": ours}}  # fmt: skip
 
     async def _post_tool(self, data: dict[str, Any], tool_use_id: str | None, _: Any) -> Any:
+        if self.lost is not None:  # the messages are for the process that has the run now
+            return {}
         blocks = await self.loop._inbox(self.skip)
         if not blocks:
             return {}
@@ -372,7 +374,7 @@ class _Session:
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": text}}
 
     async def _stop(self, data: dict[str, Any], tool_use_id: str | None, _: Any) -> Any:
-        if self.stop_blocks >= self.backend.max_stop_blocks:
+        if self.stop_blocks >= self.backend.max_stop_blocks or self.lost is not None:
             return {}
         blocks = await self.loop._inbox(self.skip)
         if not blocks:
@@ -451,8 +453,9 @@ class _Session:
                 self.node.name,
                 f"the claude CLI failed: {err}" + (f" (stderr: {tail})" if tail else ""),
             ) from None
-        if self.failure is not None:
-            raise self.failure
+        ended = self.lost or self.failure  # the run taken over, or over tool_max_steps
+        if ended is not None:
+            raise ended
         if result is None:
             raise NodeError(self.node.name, "the claude CLI ended without a result")
         if result.is_error:

@@ -42,6 +42,7 @@ from iterion_nb.backends.tools import Tool, ToolContext, ToolError, resolve_tool
 from iterion_nb.errors import (
     AlreadyAnsweredError,
     ConflictError,
+    LeaseLostError,
     NodeError,
     NotFoundError,
     PauseRun,
@@ -533,6 +534,8 @@ class AgentLoop:
         """
         try:
             await self.ctx.store.add_interaction(record, owner=self.ctx.owner)
+        except LeaseLostError:  # (a ConflictError too) the run is no longer ours: stop
+            raise
         except ConflictError:
             existing = await self.ctx.store.get_interaction(record.id)
             if (existing.node_id, existing.kind) != (record.node_id, record.kind):
