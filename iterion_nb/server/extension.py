@@ -22,9 +22,9 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 
-from iterion_nb.api.handlers import routes, scrub
+from iterion_nb.api.handlers import ApiError, routes, scrub
 from iterion_nb.api.holder import StoreService, open_served_store
-from iterion_nb.errors import StoreError
+from iterion_nb.errors import IterionError
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store import resolve_store_path
 from iterion_nb.store.location import DEFAULT_DIR, STORE_ENV, mask_url, store_url
@@ -119,6 +119,9 @@ class HolderOrFileService:
         self._streams: dict[asyncio.Event, asyncio.Event] = {}
         #: Held while the store is being opened (see :meth:`_ready`).
         self._opening = asyncio.Lock()
+        #: Attempts to open the store so far, and why the last one failed.
+        self._attempts = 0
+        self._failure: IterionError | None = None
 
     async def opened(self) -> Store:
         """The store, opened on first use (so the server holds no file until asked)."""
@@ -129,24 +132,34 @@ class HolderOrFileService:
 
         Opening a DuckDB file can wait (up to 15 s) for a process that holds
         it to publish itself as its holder: meanwhile the server goes on
-        serving notebooks; concurrent requests wait for the one attempt.
+        serving notebooks. Requests that arrive meanwhile wait for that attempt and share
+        its failure; a later request tries again.
         """
         self._refuse_when_stopping()
         if self._service is None:
+            tried = self._attempts
             async with self._opening:
+                if self._service is None and self._attempts != tried:
+                    assert self._failure is not None  # the attempt this one waited for failed
+                    raise self._failure
                 if self._service is None:
-                    store = await asyncio.to_thread(
-                        open_served_store, self.path, asyncio.get_running_loop()
-                    )
+                    self._attempts += 1
+                    try:
+                        store = await asyncio.to_thread(
+                            open_served_store, self.path, asyncio.get_running_loop()
+                        )
+                    except IterionError as err:
+                        self._failure = err
+                        raise
                     if self.stopping:  # the server stopped meanwhile: nothing serves it now
                         await asyncio.to_thread(asyncio.run, store.close())
-                        raise StoreError(STOPPING)
+                        self._refuse_when_stopping()
                     self._service = StoreService(store)
         return self._service
 
     def _refuse_when_stopping(self) -> None:
         if self.stopping:
-            raise StoreError(STOPPING)
+            raise ApiError(503, "stopping", STOPPING)
 
     @contextlib.contextmanager
     def stream(self, wake: asyncio.Event) -> Any:
@@ -174,6 +187,8 @@ class HolderOrFileService:
         if ends:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*ends), self.STREAMS_GRACE)
+        async with self._opening:  # an open under way ends first (it closes what it opened)
+            pass
         service, self._service = self._service, None
         if service is not None:
             await asyncio.to_thread(asyncio.run, service.store.close())

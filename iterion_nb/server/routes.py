@@ -92,6 +92,9 @@ class InboxEventsHandler(ServerRoute):
         except IterionError as err:
             self._fail(api_error(err))
             return
+        except ApiError as err:  # the server stops
+            self._fail(err)
+            return
         loop = asyncio.get_running_loop()
         wake = self._wake = asyncio.Event()
         bell = getattr(store, "doorbell", None)
