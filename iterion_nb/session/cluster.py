@@ -45,6 +45,9 @@ QUEUE_TTL = 60.0
 SCAN_INTERVAL = 5.0
 #: The watcher plugin's name on the cluster.
 PLUGIN = "iterion-run-watcher"
+#: What a cluster task takes up by itself: a parked run that can go on, or one whose
+#: executor died (a run handed over from the queue is taken whatever it was before).
+CLUSTER_TAKES: tuple[RunStatus, ...] = ("paused_waiting_human", "interrupted")
 #: Seconds to reach a scheduler before giving up.
 CONNECT_TIMEOUT = 10.0
 
@@ -241,4 +244,11 @@ async def submit_resume(client: Any, store_spec: str, run: Run) -> None:
     distributed.fire_and_forget(future)  # type: ignore[no-untyped-call]
 
 
-__all__ = ["CLUSTER_ENV", "DaskExecutor", "execute_run", "submit_resume", "worker_store"]
+__all__ = [
+    "CLUSTER_ENV",
+    "CLUSTER_TAKES",
+    "DaskExecutor",
+    "execute_run",
+    "submit_resume",
+    "worker_store",
+]

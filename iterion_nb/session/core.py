@@ -29,12 +29,13 @@ from iterion_nb.runtime.answers import AnswerService, expire_awaited, ready_to_r
 from iterion_nb.runtime.engine import Engine, Outcome
 from iterion_nb.runtime.ownership import DEFAULT_TTL, Claimant
 from iterion_nb.runtime.ports import Backend, Store
+from iterion_nb.runtime.records import RESUMABLE, RunStatus, utcnow
 from iterion_nb.runtime.records import Run as RunRecord
-from iterion_nb.runtime.records import RunStatus, utcnow
 from iterion_nb.runtime.state import Frontier, RunState
 from iterion_nb.runtime.values import preset_values, resolve_vars
 from iterion_nb.session.cluster import (
     CLUSTER_ENV,
+    CLUSTER_TAKES,
     EXECUTOR,
     DaskExecutor,
     check_tools_reach_workers,
@@ -258,13 +259,17 @@ class Session:
             RunOwnedError: Another live owner holds it (another task of the run took it).
             ResumeError: It cannot be resumed.
         """
-        await self._resume(record.id, None, None, False, "cluster", None, take_from, record)
+        # only a run that can go on by itself: never one cancelled (or failed) while it
+        # waited for a worker, which a person resumes if they want it to go on
+        await self._resume(
+            record.id, None, None, False, "cluster", None, take_from, record, CLUSTER_TAKES
+        )
         return await asyncio.shield(self._tasks[record.id])
 
     async def _resume(
         self, run_id: str, answers: dict[str, Any] | None, workflow: m.Workflow | str | None,
         force: bool, answered_by: str, scenario: Scenario | None, take_from: str | None,
-        record: RunRecord | None = None,
+        record: RunRecord | None = None, statuses: tuple[RunStatus, ...] = RESUMABLE,
     ) -> RunHandle:  # fmt: skip
         record = record if record is not None else await self.store.get_run(run_id)
         if run_id in self._engines and record.lease is not None:
@@ -275,7 +280,9 @@ class Session:
             await self.answers.question(run_id, iid)
         if self.executor is not None and take_from is None:
             return await self._resume_on_cluster(run_id, wf, text, answers, answered_by)
-        run = await self.store.acquire_run(run_id, self.claimant, take_from=take_from)
+        run = await self.store.acquire_run(
+            run_id, self.claimant, statuses=statuses, take_from=take_from
+        )
         self.leases.hold(run_id)
         self._unpark(run_id)
         try:

@@ -20,6 +20,7 @@ import pytest
 
 import iterion_nb as it
 from iterion_nb.session import Session
+from iterion_nb.session.cluster import SCAN_INTERVAL
 from tests.pgserver import PgServer
 
 from .procs import CliCluster
@@ -115,6 +116,50 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
             return (await run.refresh()).status == "finished"
 
         await until(finished, timeout=60)  # ... takes it
+    finally:
+        await session.close()
+        await asyncio.to_thread(cluster.close)
+    assert ran(chdir) == Counter({"after": 1})
+
+
+async def test_a_run_cancelled_while_it_waits_for_a_worker_never_runs(
+    chdir: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled in the queue, a run ends ``cancelled`` when a worker comes up, no node run:
+    whether the queue still held it (its cancel reaches the worker that takes it) or had
+    let it lapse (it reads ``interrupted``, and the cancel settles it at once)."""
+    monkeypatch.setattr("iterion_nb.session.cluster.QUEUE_TTL", 3.0)
+    store = schema_url(postgres_url)
+    cluster = await asyncio.to_thread(CliCluster, chdir, 0, store)  # nobody is up
+    session = Session(store, cluster=cluster.address, workdir=chdir)
+    flow = it.compile(
+        'tool mark:\n  command: "echo {{vars.who}} >> ran.txt"\n\n'
+        "vars:\n  who: string\n\nworkflow w:\n  entry: mark\n  mark -> done\n"
+    )
+    try:
+        held = await session.start(flow, {"who": "held"})
+        asked = await session.store.cancel_run(held.id)  # the queue holds it: a request
+        assert asked.status == "running" and asked.cancel_requested
+        lapsed = await session.start(flow, {"who": "lapsed"})
+
+        async def lapsed_out() -> bool:
+            return (await lapsed.refresh()).status == "interrupted"
+
+        await until(lapsed_out, timeout=30)
+        assert await lapsed.cancel() == "cancelled"
+        await asyncio.to_thread(cluster.add_worker)  # now a worker comes up
+        after = await session.start(flow, {"who": "after"})
+        assert await after.wait(60) == "finished"
+
+        async def settled() -> bool:
+            return (await held.refresh()).status == "cancelled"
+
+        await until(settled, timeout=30)
+        await asyncio.sleep(SCAN_INTERVAL + 1)  # a watcher's full look leaves them be too
+        assert (await lapsed.refresh()).status == "cancelled"
+        assert (await held.refresh()).status == "cancelled"
+        types = [event.type for event in await session.store.events(lapsed.id)]
+        assert "run_started" not in types and types[-1] == "run_cancelled", types
     finally:
         await session.close()
         await asyncio.to_thread(cluster.close)
