@@ -96,6 +96,18 @@ class InvalidAnswerError(StoreError):
     """An answer that cannot be recorded (too large, not JSON data)."""
 
 
+class BadTextError(IterionError):
+    """Text holding a character it may not: U+0000 anywhere, other control characters in places.
+
+    Refused before anything is written (REST: 400 ``bad_text``). ``field``
+    names where: ``answered_by``, ``answer``, ``answer.note``, ``answer[2]``.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field} {message}")
+
+
 class StoreLockedError(StoreError):
     """Another live process holds the store file. ``pid`` is that process, if known."""
 

@@ -2,12 +2,15 @@
 
 Errors are JSON ``{"code", "message"}`` with a proper status: 400 bad
 request, 401 missing or wrong token, 404 unknown route, run or question,
-409 conflict (answered already, not resumable), 413 too large, 422 an
+409 conflict (answered already, not resumable), 413 too large, 414/431 a
+URL or headers too long, 415 a body that is not labelled JSON, 422 an
 answer that cannot be recorded. Whatever a client sends, the answer is a
-2xx or a 4xx: a request body is parsed strictly (UTF-8, no lone surrogates,
-no NaN or infinities, integers within 64 bits, at most :data:`MAX_DEPTH`
-levels), and no message carries a filesystem path or a database's text.
-An unexpected failure is a 500 with a generic message, logged as one line.
+2xx or a 4xx: a request body must be labelled ``application/json`` (or a
+``+json`` type) and is parsed strictly (UTF-8, no lone surrogates, no NaN
+or infinities, integers within 64 bits, at most :data:`MAX_DEPTH` levels,
+no key twice in an object, no field the route does not take), and no
+message carries a filesystem path or a database's text. An unexpected
+failure is a 500 with a generic message, logged as one line.
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import tornado.httputil
 import tornado.web
 
 from iterion_nb.api.errlog import ERRORS
 from iterion_nb.api.service import ID, RunService, event_json, interaction_json, run_json
+from iterion_nb.dsl.diagnostics import did_you_mean
 from iterion_nb.errors import (
     AlreadyAnsweredError,
+    BadTextError,
     ConflictError,
     InvalidAnswerError,
     IterionError,
@@ -43,6 +49,15 @@ MAX_BODY = 256 * 1024
 MAX_DEPTH = 64
 #: Integers in a request body must lie in [-2**63, 2**63).
 INT_BOUND = 2**63
+#: The longest URL (path and query) answered; beyond, 414 (ours are a few hundred bytes).
+MAX_URL = 8 * 1024
+#: The most header bytes answered; beyond, 431. It is also what tornado reads by default
+#: (a Jupyter server's limit): the holder reads up to :data:`HEADER_READ_LIMIT` to say so.
+MAX_HEADERS = 64 * 1024
+#: What the holder's server reads of a request's head before it drops the connection.
+HEADER_READ_LIMIT = 1024 * 1024
+#: Media types a body may be labelled with, besides any ``application/…+json``.
+JSON_TYPES = frozenset({"application/json"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # an absolute path in a message: two or more segments from the root (or from ~)
 _PATH = re.compile(r"(?<![\w:/.-])~?(?:/[\w.~+@%=,-]+){2,}/?")
@@ -63,6 +78,8 @@ class BaseHandler(tornado.web.RequestHandler):
 
     service: RunService
     api_token: str | None
+    #: Media types taken as JSON besides the JSON ones (none here; see the Jupyter mount).
+    lenient_body_types: frozenset[str] = frozenset()
 
     def initialize(self, service: RunService, token: str | None) -> None:
         self.service = service
@@ -75,6 +92,10 @@ class BaseHandler(tornado.web.RequestHandler):
             # connection, nobody answers, so the client looks for the file's next holder.
             self.request.connection.close()  # type: ignore[union-attr]
             raise tornado.web.Finish()
+        refused = oversize(self.request)
+        if refused is not None:  # before the token: headers that long are nobody's business
+            self._fail(refused)
+            return
         tracker = self.settings.get("iterion_in_flight")
         if tracker is not None:
             tracker.started()
@@ -131,13 +152,23 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(payload, ensure_ascii=False, default=str))
 
-    def body(self) -> dict[str, Any]:
-        """The JSON object sent (400 when it is not one, 413 when too large)."""
-        if len(self.request.body) > MAX_BODY:
+    def body(self, allowed: tuple[str, ...]) -> dict[str, Any]:
+        """The JSON object sent, with no field but ``allowed`` (an empty body is ``{}``).
+
+        Raises:
+            ApiError: 415 a body not labelled JSON, 413 too large, 400 not a strict
+                JSON object (``bad_json``, ``too_deep``) or a field the route does
+                not take (``unknown_field``, naming it and the route's fields).
+        """
+        raw = self.request.body
+        if raw:
+            check_json_type(self.request.headers.get("Content-Type"), self.lenient_body_types)
+        if len(raw) > MAX_BODY:
             raise ApiError(413, "too_large", f"request body over {MAX_BODY} bytes")
-        data = parse_json(self.request.body or b"{}")
+        data = parse_json(raw or b"{}")
         if not isinstance(data, dict):
             raise ApiError(400, "bad_request", "request body must be a JSON object")
+        check_fields(data, allowed)
         return data
 
     def whole_number(self, name: str, default: int) -> int:
@@ -180,6 +211,8 @@ def api_error(err: IterionError) -> ApiError:
         return ApiError(409, "lease_lost", str(err), run_id=err.run_id)
     if isinstance(err, StoreLockedError):  # 503: try again once the file is free or served
         return ApiError(503, "store_locked", str(err), pid=err.pid)
+    if isinstance(err, BadTextError):  # the request's text, refused before anything was read
+        return ApiError(400, "bad_text", str(err), field=err.field)
     if isinstance(err, QuestionClosedError):  # 410 Gone: expired, or retracted by its asker
         return ApiError(410, err.ended, str(err), interaction_id=err.interaction_id,
                         reason=err.reason)  # fmt: skip
@@ -263,11 +296,11 @@ def _answered_by(data: dict[str, Any]) -> str:
 
 
 class AnswerHandler(BaseHandler):
-    """``POST /api/runs/{id}/interactions/{iid}/answer`` ``{"answer": ...}``."""
+    """``POST /api/runs/{id}/interactions/{iid}/answer`` ``{"answer": ..., "answered_by": ...}``."""
 
     async def post(self, run_id: str, interaction_id: str) -> None:
         async def act() -> None:
-            data = self.body()
+            data = self.body(("answer", "answered_by"))
             if "answer" not in data:
                 raise ApiError(400, "bad_request", "the body needs an 'answer'")
             outcome = await self.service.answer(
@@ -287,7 +320,9 @@ class AnswerHumanHandler(BaseHandler):
 
     async def post(self, run_id: str) -> None:
         async def act() -> None:
-            data = self.body()
+            data = self.body(("answers", "answer", "answered_by"))
+            if "answers" in data and "answer" in data:
+                raise ApiError(400, "bad_request", "give 'answers' or 'answer', not both")
             answers = data.get("answers")
             if answers is None and "answer" in data:
                 answers = {"": data["answer"]}
@@ -310,7 +345,7 @@ class ResumeHandler(BaseHandler):
 
     async def post(self, run_id: str) -> None:
         async def act() -> None:
-            data = self.body()
+            data = self.body(("force",))
             force = data.get("force", False)
             if not isinstance(force, bool):
                 raise ApiError(400, "bad_request", "force must be true or false")
@@ -320,10 +355,11 @@ class ResumeHandler(BaseHandler):
 
 
 class CancelHandler(BaseHandler):
-    """``POST /api/runs/{id}/cancel``."""
+    """``POST /api/runs/{id}/cancel`` (no body, or ``{}``)."""
 
     async def post(self, run_id: str) -> None:
         async def act() -> None:
+            self.body(())
             self.reply({"status": await self.service.cancel(run_id)})
 
         await self.guarded(act, run_id)
@@ -341,8 +377,63 @@ class NotFoundHandler(BaseHandler):
             self._fail(ApiError(404, "not_found", "no such route"))
 
 
+def oversize(request: tornado.httputil.HTTPServerRequest) -> ApiError | None:
+    """414 for a URL over :data:`MAX_URL`, 431 for headers over :data:`MAX_HEADERS`, else None."""
+    if len(request.uri or "") > MAX_URL:
+        return ApiError(414, "uri_too_long", f"the URL is over {MAX_URL} bytes")
+    size = sum(len(name) + len(value) + 4 for name, value in request.headers.get_all())
+    if size > MAX_HEADERS:
+        message = f"the request headers are over {MAX_HEADERS} bytes"
+        return ApiError(431, "headers_too_large", message)
+    return None
+
+
+def check_json_type(header: str | None, lenient: frozenset[str] = frozenset()) -> None:
+    """A body labelled JSON: ``application/json`` or ``application/…+json``, in UTF-8.
+
+    Raises:
+        ApiError: 415 ``unsupported_media_type`` saying what was sent.
+    """
+    media, _, params = (header or "").partition(";")
+    media = media.strip().lower()
+    charset = ""
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            charset = value.strip().strip('"').lower()
+    is_json = media in JSON_TYPES or (media.startswith("application/") and media.endswith("+json"))
+    if (is_json or media in lenient) and charset in ("", "utf-8", "utf8"):
+        return
+    sent = f"'{header.strip()[:80]}'" if header and header.strip() else "no Content-Type"
+    raise ApiError(415, "unsupported_media_type",
+                   f"a request body must be JSON in UTF-8 (Content-Type: application/json),"
+                   f" not {sent}")  # fmt: skip
+
+
+def check_fields(data: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    """Refuse a field the route does not take (a typo must not pass for a default).
+
+    Raises:
+        ApiError: 400 ``unknown_field`` naming the first unknown field and the route's fields.
+    """
+    unknown = [key for key in data if key not in allowed]
+    if not unknown:
+        return
+    takes = ", ".join(f"'{name}'" for name in allowed) if allowed else "no field"
+    first = unknown[0]
+    raise ApiError(
+        400, "unknown_field",
+        f"unknown field {json.dumps(first)[:80]} (this route takes {takes})"
+        f"{did_you_mean(first, allowed)}",
+        unknown=unknown[:20], allowed=list(allowed),
+    )  # fmt: skip
+
+
 def parse_json(raw: bytes) -> Any:
     """Strict JSON: UTF-8, no lone surrogates, no NaN or infinities, bounded numbers and depth.
+
+    No object may hold a key twice (``{"a": 1, "a": 2}``: which one counts is
+    up to each parser, so neither does).
 
     Raises:
         ApiError: 400 ``bad_json`` (or ``too_deep``) saying what is wrong.
@@ -352,7 +443,10 @@ def parse_json(raw: bytes) -> Any:
     except UnicodeDecodeError as err:
         raise ApiError(400, "bad_json", f"request body is not UTF-8 (byte {err.start})") from None
     try:
-        data = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        data = json.loads(
+            text, parse_int=_int, parse_float=_float, parse_constant=_constant,
+            object_pairs_hook=_object,
+        )  # fmt: skip
     except RecursionError:
         raise ApiError(400, "too_deep", f"request body nests deeper than {MAX_DEPTH}") from None
     except json.JSONDecodeError as err:
@@ -375,6 +469,19 @@ def _float(text: str) -> float:
     if not math.isfinite(value):
         raise ApiError(400, "bad_json", "a number in the request body is out of range")
     return value
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) == len(pairs):
+        return data
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            shown = json.dumps(key)[:80]
+            raise ApiError(400, "bad_json", f"request body repeats the key {shown} in one object")
+        seen.add(key)
+    return data  # not reached: a shorter dict means a key came twice
 
 
 def _constant(text: str) -> Any:

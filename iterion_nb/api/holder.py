@@ -29,7 +29,7 @@ import tornado.netutil
 import tornado.web
 
 from iterion_nb.api.errlog import forget_this_thread, reroute_this_thread
-from iterion_nb.api.handlers import MAX_BODY, NotFoundHandler, routes
+from iterion_nb.api.handlers import HEADER_READ_LIMIT, MAX_BODY, NotFoundHandler, routes
 from iterion_nb.api.service import RunService
 from iterion_nb.api.store_rpc import store_routes
 from iterion_nb.errors import ResumeError, RunError, RunOwnedError
@@ -155,9 +155,12 @@ class Holder:
                 default_handler_class=NotFoundHandler,
                 default_handler_args={"token": self.token},
             )
-            # Bodies up to 4x the limit reach the handler, which answers 413 in JSON;
-            # beyond that tornado drops the connection without reading it all.
-            server = tornado.httpserver.HTTPServer(app, max_body_size=4 * MAX_BODY)
+            # Bodies up to 4x the limit reach the handler, which answers 413 in JSON, and
+            # heads (URL and headers) up to HEADER_READ_LIMIT, which it answers 414 or 431;
+            # beyond either, tornado drops the connection before any handler runs.
+            server = tornado.httpserver.HTTPServer(
+                app, max_body_size=4 * MAX_BODY, max_header_size=HEADER_READ_LIMIT
+            )
             sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
             server.add_sockets(sockets)
             self._server = server

@@ -178,8 +178,41 @@ def _no_nul_keys(data: Any, where: str) -> None:
 
 
 def _wrong(where: str, hint: Any) -> ApiError:
-    name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-    return ApiError(400, "bad_request", f"{where}: expects {name[:120]}")
+    return ApiError(400, "bad_request", f"{where}: expects {describe(hint)[:300]}")
+
+
+_NAMES: dict[Any, str] = {
+    str: "text", int: "a whole number", float: "a number", bool: "true or false",
+    datetime: "a time with its zone", None: "null", type(None): "null", Any: "any JSON value",
+}  # fmt: skip
+
+
+def describe(hint: Any, depth: int = 0) -> str:
+    """An annotation as a client reads it: ``one of 'running', 'failed' or null``, ``text``."""
+    origin = typing.get_origin(hint)
+    if depth > 3:
+        return "a value"
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(hint)
+        values = [a for o in options if typing.get_origin(o) is Literal for a in typing.get_args(o)]
+        rest = [describe(o, depth + 1) for o in options if typing.get_origin(o) is not Literal]
+        shown = ([f"one of {', '.join(map(repr, values))}"] if values else []) + rest
+        return ", or ".join(shown) if values else " or ".join(shown)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
+    if origin is list or (origin is tuple and Ellipsis in typing.get_args(hint)):
+        item = typing.get_args(hint)[0]
+        if isinstance(item, type) and is_dataclass(item):
+            return f"a list of {item.__name__} records"
+        return f"a list, each item {describe(item, depth + 1)}"
+    if origin is tuple:
+        return f"a list of {len(typing.get_args(hint))} items"
+    if origin is dict or hint is dict:
+        return "an object"
+    if isinstance(hint, type) and is_dataclass(hint):
+        article = "an" if hint.__name__[:1] in "AEIOU" else "a"
+        return f"{article} {hint.__name__} record"
+    return _NAMES.get(hint, getattr(hint, "__name__", str(hint).replace("typing.", "")))
 
 
 _SCALARS: dict[Any, Callable[[Any], bool]] = {

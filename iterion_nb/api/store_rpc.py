@@ -26,7 +26,7 @@ import tornado.iostream
 import tornado.web
 
 from iterion_nb.api.errlog import ERRORS
-from iterion_nb.api.handlers import ApiError, BaseHandler
+from iterion_nb.api.handlers import ApiError, BaseHandler, oversize
 from iterion_nb.api.rpc_check import checked_call
 from iterion_nb.errors import IterionError
 from iterion_nb.runtime.ports import Store
@@ -60,7 +60,7 @@ class StoreRpcHandler(BaseHandler):
         async def act() -> None:
             if method not in METHODS:
                 raise ApiError(404, "not_found", f"no store method '{method[:80]}'")
-            data = self.body()
+            data = self.body(("args", "kwargs"))
             args, kwargs = data.get("args", []), data.get("kwargs", {})
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise ApiError(400, "bad_request", "args must be a list and kwargs an object")
@@ -149,9 +149,14 @@ class HelloHandler(tornado.web.RequestHandler):
         self._hello = hello
 
     def get(self) -> None:
-        nonce = self.get_query_argument("nonce", "")
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
+        refused = oversize(self.request)
+        if refused is not None:
+            self.set_status(refused.status)
+            self.finish({"code": refused.code, "message": str(refused)})
+            return
+        nonce = self.get_query_argument("nonce", "")
         if not NONCE.match(nonce):
             self.set_status(400)
             self.finish({"code": "bad_request", "message": "nonce must be 32 to 128 hex digits"})

@@ -15,16 +15,25 @@ run resumes:
   up takes it, and ``resumed`` is False meanwhile;
 - else here, when this process can run workflows (it has a resumer);
 - else not yet: ``resumed`` is False and anyone may resume it.
+
+Before anything is read or written, the text is checked (:func:`check_answer_text`,
+:func:`check_answered_by`): U+0000 nowhere (PostgreSQL cannot store it, and
+nothing shows it), no control character in who answers, none but tab and
+line breaks in an answer. A refusal is a :class:`~iterion_nb.errors.BadTextError`
+naming the field, on every surface alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from iterion_nb.errors import (
+    BadTextError,
     InvalidAnswerError,
     NotFoundError,
     ResumeError,
@@ -38,6 +47,72 @@ from iterion_nb.runtime.records import Interaction, Run, utcnow
 
 #: How long an answer waits for the owner of a parked run to pick it up.
 HANDOFF_SECONDS = 10.0
+#: Who answers is a label: no control character at all (C0, DEL, C1).
+_LABEL_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: An answer's text may hold tabs and line breaks; the other C0 controls are not text.
+_TEXT_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _refuse(text: str, field: str, forbidden: re.Pattern[str], rule: str) -> None:
+    found = forbidden.search(text)
+    if found is None:
+        return
+    char = found.group()
+    if char == "\x00":
+        what, rule = "U+0000 (NUL)", "no text can hold U+0000"
+    else:
+        what = f"the control character U+{ord(char):04X}"
+    raise BadTextError(field, f"holds {what} at position {found.start()}: {rule}")
+
+
+def check_answered_by(answered_by: object) -> str:
+    """Who answers, if it is text without control characters (C0, DEL, C1).
+
+    Raises:
+        BadTextError: Not text, or it holds a control character (``field``: ``answered_by``).
+    """
+    if not isinstance(answered_by, str):
+        raise BadTextError("answered_by", "must be text: who answers")
+    rule = "who answers is named without control characters"
+    _refuse(answered_by, "answered_by", _LABEL_FORBIDDEN, rule)
+    return answered_by
+
+
+def _member(where: str, key: object) -> str:
+    if isinstance(key, str) and key.isidentifier() and len(key) <= 40:
+        return f"{where}.{key}"
+    shown = json.dumps(key, ensure_ascii=False) if isinstance(key, str) else repr(key)
+    return f"{where}[{shown[:40]}]"
+
+
+def check_answer_text(answer: object, field: str = "answer") -> None:
+    """Refuse an answer whose text (values and keys, at any depth) holds U+0000 or a control.
+
+    Tab, line feed and carriage return are text; the other C0 controls are not.
+    The first offender in reading order is named (``answer.note``, ``answer[2]``).
+
+    Raises:
+        BadTextError: Naming the field and the character's position.
+    """
+    rule = "an answer may hold tabs and line breaks, no other control characters"
+    seen: set[int] = set()
+    stack: list[tuple[object, str]] = [(answer, field)]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            _refuse(value, where, _TEXT_FORBIDDEN, rule)
+            continue
+        if not isinstance(value, dict | list | tuple) or id(value) in seen:
+            continue  # a container met twice was checked (or is a cycle the store refuses)
+        seen.add(id(value))
+        if isinstance(value, dict):
+            for key in value:
+                if isinstance(key, str):
+                    _refuse(key, f"a key of {where}", _TEXT_FORBIDDEN, rule)
+            items = [(item, _member(where, key)) for key, item in value.items()]
+        else:
+            items = [(item, f"{where}[{n}]") for n, item in enumerate(value)]
+        stack.extend(reversed(items))
 
 
 @dataclass(frozen=True)
@@ -167,7 +242,11 @@ class AnswerService:
             InvalidAnswerError: Not an answer the question accepts (not one of its
                 options, empty, not of its form), not JSON data, too large, or
                 the ``await`` record. Nothing is written: the question stays open.
+            BadTextError: U+0000 or a control character in the answer's text or in
+                ``answered_by`` (checked first). Nothing is written.
         """
+        check_answered_by(answered_by)
+        check_answer_text(answer)
         found = await self.question(run_id, interaction_id)
         if found.pending:  # else the store says how it ended (answered, expired, retracted)
             answer = lifecycle.check_fits(found, answer)
@@ -178,7 +257,14 @@ class AnswerService:
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str
     ) -> AnswerOutcome:
-        """Answer what a paused run waits on (``""`` names its only question), then resume it."""
+        """Answer what a paused run waits on (``""`` names its only question), then resume it.
+
+        The text of every answer, and ``answered_by``, is checked as :meth:`answer`
+        does, before anything is read or written.
+        """
+        check_answered_by(answered_by)
+        for iid, value in answers.items():
+            check_answer_text(value, _member("answers", iid) if iid else "answer")
         run = await self.store.get_run(run_id)
         if run.status != "paused_waiting_human":
             raise ResumeError(f"run '{run_id}' is {run.status}, not paused waiting for a person")

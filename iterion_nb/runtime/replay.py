@@ -19,8 +19,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from iterion_nb.errors import ConflictError, InvalidAnswerError, RunError
+from iterion_nb.errors import BadTextError, ConflictError, InvalidAnswerError, RunError
 from iterion_nb.runtime import lifecycle
+from iterion_nb.runtime.answers import check_answer_text
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction
 
@@ -75,15 +76,29 @@ def pins_of(document: Any, where: str = "the answers") -> list[dict[str, Any]]:
         options = entry.get("options") or []
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
             raise AnswersFileError(f"{at}: 'options' must be a list of option ids")
-        try:
-            answer = json.loads(json.dumps(entry["answer"], allow_nan=False))
-        except (TypeError, ValueError):
-            raise AnswersFileError(f"{at}: 'answer' is not JSON data") from None
+        answer = _pinned_answer(entry["answer"], at)
         pin: dict[str, Any] = {"node": entry["node"], "question": entry["question"]}
         if options:
             pin["options"] = list(options)
         pins.append(pin | {"answer": answer})
     return pins
+
+
+def _pinned_answer(value: Any, at: str) -> Any:
+    """A pin's answer as JSON data, checked as any answer is (no U+0000, no control).
+
+    Raises:
+        AnswersFileError: Naming the entry ``at`` and what is wrong.
+    """
+    try:
+        answer = json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        raise AnswersFileError(f"{at}: 'answer' is not JSON data") from None
+    try:
+        check_answer_text(answer)
+    except BadTextError as err:
+        raise AnswersFileError(f"{at}: {err}") from None
+    return answer
 
 
 def export(questions: Iterable[Interaction]) -> list[dict[str, Any]]:

@@ -38,6 +38,12 @@ STOPPING = "the Jupyter server is stopping"
 class JupyterAuth(APIHandler):
     """Jupyter's authentication and XSRF before one of our handlers; errors as {code, message}."""
 
+    #: Bodies labelled so are read as JSON here too (never by the holder): a browser's
+    #: ``fetch`` labels a string body ``text/plain``, and JupyterLab's ``ServerConnection``
+    #: (the sidebar's requests) keeps that label; tornado's and urllib's clients label a
+    #: POST form-encoded unless told. Cross-site requests are Jupyter's XSRF check's business.
+    lenient_body_types = frozenset({"text/plain", "application/x-www-form-urlencoded"})
+
     async def prepare(self) -> None:  # type: ignore[override]
         """Jupyter's checks (host, identity, XSRF for posts), then: no identity, no access.
 

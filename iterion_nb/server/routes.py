@@ -26,7 +26,14 @@ from typing import Any
 import tornado.iostream
 from jupyter_server.utils import url_path_join
 
-from iterion_nb.api.handlers import ApiError, BaseHandler, api_error, parse_json
+from iterion_nb.api.handlers import (
+    ApiError,
+    BaseHandler,
+    api_error,
+    check_fields,
+    check_json_type,
+    parse_json,
+)
 from iterion_nb.dsl.diagnostics import Diagnostic
 from iterion_nb.errors import IterionError
 from iterion_nb.ir import analyze
@@ -183,11 +190,16 @@ class ValidateHandler(ServerRoute):
 
     async def post(self) -> None:  # noqa: D102
         async def act() -> None:
+            if self.request.body:
+                check_json_type(self.request.headers.get("Content-Type"), self.lenient_body_types)
             if len(self.request.body) > MAX_SOURCE_BODY:
                 raise ApiError(413, "too_large", f"request body over {MAX_SOURCE_BODY} bytes")
             data = parse_json(self.request.body or b"{}")
-            source = data.get("source") if isinstance(data, dict) else None
-            name = data.get("name", "<editor>") if isinstance(data, dict) else None
+            if not isinstance(data, dict):
+                raise ApiError(400, "bad_request", "request body must be a JSON object")
+            check_fields(data, ("source", "name"))
+            source = data.get("source")
+            name = data.get("name", "<editor>")
             if not isinstance(source, str):
                 raise ApiError(400, "bad_request", "the body needs a 'source' string")
             if not isinstance(name, str) or len(name) > 500:

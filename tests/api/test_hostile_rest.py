@@ -423,3 +423,383 @@ def test_each_error_is_one_line_without_a_traceback_and_rate_limited(tmp_path: P
     assert lines[0] == "500 GET /api/runs: RuntimeError: boom in <path>: SELECT * FROM runs"
     assert 20 <= len(lines) <= 30, lines  # the burst allowance, then about 5 a second
     assert "earlier lines dropped" in lines[-1]
+
+
+# -- text, fields, media types, heads (the hostile review) ---------------------------------
+TEXTS_RUN = "texts"
+
+
+@pytest.fixture(scope="module")
+def texts(served: tuple[Raw, Path]) -> Raw:
+    """The holder, with a run of its own whose questions no fuzzer above answers."""
+    raw, _ = served
+    at = {"__time": datetime.now(UTC).isoformat()}
+    run = {**RUN, "id": TEXTS_RUN, "status": "paused_waiting_human", "created_at": at,
+           "updated_at": at}  # fmt: skip
+    status, data = raw.send("POST", "/api/store/create_run", json.dumps({"args": [run]}).encode())
+    assert status == 200, data
+    return raw
+
+
+def new_question(raw: Raw, iid: str, options: tuple[str, ...] = ()) -> str:
+    """Add a pending async question to the texts run (through the store RPC)."""
+    from iterion_nb.runtime.records import Interaction, Option
+
+    question = Interaction(
+        iid, TEXTS_RUN, "ask", "async", (f"{iid}?",), datetime.now(UTC),
+        options=tuple(Option(o, o.upper()) for o in options),
+    )  # fmt: skip
+    body = json.dumps(encode({"args": [question], "kwargs": {}})).encode()
+    status, data = raw.send("POST", "/api/store/add_interaction", body)
+    assert status == 200, data
+    return iid
+
+
+def recorded(raw: Raw, iid: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The question as the API lists it, and the ``interaction_answered`` events naming it."""
+    status, listed = raw.json("GET", f"/api/runs/{TEXTS_RUN}/interactions")
+    assert status == 200
+    (question,) = [q for q in listed["interactions"] if q["id"] == iid]
+    status, events = raw.json("GET", f"/api/runs/{TEXTS_RUN}/events")
+    answered = [
+        e for e in events["events"]
+        if e["type"] == "interaction_answered" and e["data"]["interaction_id"] == iid
+    ]  # fmt: skip
+    return question, answered
+
+
+def assert_nothing_recorded(raw: Raw, iid: str) -> None:
+    question, answered = recorded(raw, iid)
+    assert question["answered_at"] is None and question["answers"] is None, question
+    assert question["answered_by"] is None and answered == []
+
+
+BAD_TEXT: dict[str, tuple[dict[str, Any], str, str]] = {
+    # name: (body, field named, what the message says)
+    "NUL in the answer": ({"answer": "a\x00b"}, "answer", "U+0000"),
+    "NUL alone": ({"answer": "\x00"}, "answer", "U+0000"),
+    "escape sequence": ({"answer": "\x1b[31mred"}, "answer", "U+001B"),
+    "form feed": ({"answer": "a\x0cb"}, "answer", "U+000C"),
+    "NUL in an object": ({"answer": {"note": "ok", "more": "x\x00"}}, "answer.more", "U+0000"),
+    "control in a list": ({"answer": ["ok", "\x07"]}, "answer[1]", "U+0007"),
+    "NUL in a key": ({"answer": {"k\x00": 1}}, "a key of answer", "U+0000"),
+    "NUL in answered_by": ({"answer": "x", "answered_by": "bob\x00"}, "answered_by", "U+0000"),
+    "newline in answered_by": ({"answer": "x", "answered_by": "bob\nadmin"}, "answered_by",
+                               "U+000A"),
+    "tab in answered_by": ({"answer": "x", "answered_by": "\tbob"}, "answered_by", "U+0009"),
+    "DEL in answered_by": ({"answer": "x", "answered_by": "bob\x7f"}, "answered_by", "U+007F"),
+    "C1 in answered_by": ({"answer": "x", "answered_by": "bob\x9b"}, "answered_by", "U+009B"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(BAD_TEXT))
+def test_control_characters_in_an_answer_are_refused_and_nothing_is_recorded(
+    texts: Raw, name: str
+) -> None:
+    body, field, said = BAD_TEXT[name]
+    iid = new_question(texts, f"bad-text-{list(BAD_TEXT).index(name)}")
+    path = f"/api/runs/{TEXTS_RUN}/interactions/{iid}/answer"
+    status, data = texts.send("POST", path, json.dumps(body).encode())
+    got = json.loads(data)
+    assert (status, got["code"], got["field"]) == (400, "bad_text", field), got
+    assert got["message"].startswith(f"{field} holds ") and said in got["message"], got
+    assert_nothing_recorded(texts, iid)
+
+
+def test_an_answer_may_hold_tabs_and_line_breaks(texts: Raw) -> None:
+    iid = new_question(texts, "good-text")
+    answer = {"text": "line 1\r\n\tline 2\n", "sign": "é \u0085 \x7f ok"}
+    status, outcome = texts.json(
+        "POST", f"/api/runs/{TEXTS_RUN}/interactions/{iid}/answer",
+        {"answer": answer, "answered_by": "Zoë (review)"},
+    )  # fmt: skip
+    assert status == 200 and outcome["queued"] is True, outcome
+    question, answered = recorded(texts, iid)
+    assert (question["answers"], question["answered_by"]) == (answer, "Zoë (review)")
+    assert len(answered) == 1
+
+
+def test_answer_human_refuses_control_characters_before_anything(texts: Raw) -> None:
+    iid = new_question(texts, "human-bad-text")
+    path = f"/api/runs/{TEXTS_RUN}/answer-human"
+    status, got = texts.json("POST", path, {"answers": {iid: "ok\x00"}})
+    assert (status, got["code"], got["field"]) == (400, "bad_text", f'answers["{iid}"]'), got
+    status, got = texts.json("POST", path, {"answer": "fine", "answered_by": "x\x1f"})
+    assert (status, got["code"], got["field"]) == (400, "bad_text", "answered_by"), got
+    assert_nothing_recorded(texts, iid)
+
+
+UNKNOWN_FIELDS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
+    # route: (path, body with one unknown field, the fields the route takes)
+    "answer": ("/api/runs/texts/interactions/{iid}/answer",
+               {"answer": "typo", "answerd_by": "alice"}, ["answer", "answered_by"]),
+    "answer-human": ("/api/runs/texts/answer-human", {"answers": {"{iid}": "x"}, "by": "alice"},
+                     ["answers", "answer", "answered_by"]),
+    "resume": ("/api/runs/texts/resume", {"forse": True}, ["force"]),
+    "cancel": ("/api/runs/texts/cancel", {"reason": "because"}, []),
+    "store rpc": ("/api/store/get_run", {"args": ["texts"], "kwarg": {}}, ["args", "kwargs"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("route", list(UNKNOWN_FIELDS))
+def test_an_unknown_body_field_is_refused_naming_it_and_the_fields_taken(
+    texts: Raw, route: str
+) -> None:
+    template, body, allowed = UNKNOWN_FIELDS[route]
+    iid = new_question(texts, f"typo-{route.replace(' ', '-')}")
+    path = template.format(iid=iid)
+    payload = json.dumps(body).replace("{iid}", iid).encode()
+    status, data = texts.send("POST", path, payload)
+    got = json.loads(data)
+    (unknown,) = set(body) - set(allowed)
+    assert (status, got["code"]) == (400, "unknown_field"), got
+    assert (got["unknown"], got["allowed"]) == ([unknown], allowed)
+    assert f'unknown field "{unknown}"' in got["message"]
+    for name in allowed:
+        assert f"'{name}'" in got["message"]
+    assert_nothing_recorded(texts, iid)
+    status, run = texts.json("GET", f"/api/runs/{TEXTS_RUN}")
+    assert run["status"] == "paused_waiting_human"  # the cancel with a reason did not cancel
+
+
+def test_a_typo_gets_a_suggestion(texts: Raw) -> None:
+    iid = new_question(texts, "typo-hint")
+    status, got = texts.json(
+        "POST", f"/api/runs/{TEXTS_RUN}/interactions/{iid}/answer",
+        {"answer": "formal", "answerd_by": "alice"},
+    )  # fmt: skip
+    assert status == 400 and "did you mean 'answered_by'?" in got["message"], got
+
+
+DUPLICATES = [
+    b'{"answer": "a", "answer": "b"}',
+    b'{"answer": "a", "answered_by": "x", "answered_by": "y"}',
+    b'{"answer": {"k": 1, "k": 2}}',
+    b'{"answer": [{"deep": {"k": 1, "k": 1}}]}',
+]
+
+
+@pytest.mark.parametrize("body", DUPLICATES)
+def test_a_key_twice_in_an_object_is_refused(texts: Raw, body: bytes) -> None:
+    iid = new_question(texts, f"twice-{DUPLICATES.index(body)}")
+    status, data = texts.send("POST", f"/api/runs/{TEXTS_RUN}/interactions/{iid}/answer", body)
+    got = json.loads(data)
+    assert (status, got["code"]) == (400, "bad_json"), got
+    assert "repeats the key" in got["message"]
+    assert_nothing_recorded(texts, iid)
+
+
+REFUSED_TYPES = [
+    "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x", "application/xml", "json",
+    "application/json; charset=latin-1", "",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("content_type", REFUSED_TYPES)
+def test_a_body_not_labelled_json_is_415(texts: Raw, content_type: str) -> None:
+    iid = new_question(texts, f"type-{REFUSED_TYPES.index(content_type)}")
+    body = json.dumps({"answer": "formal"}).encode()
+    path = f"/api/runs/{TEXTS_RUN}/interactions/{iid}/answer"
+    if content_type:
+        status, data = texts.send("POST", path, body, headers={"Content-Type": content_type})
+    else:  # no Content-Type at all (http.client adds none when told nothing)
+        status, data = _without_content_type(texts, path, body)
+    got = json.loads(data)
+    if content_type.startswith("multipart/"):  # tornado parses it first: not multipart, 400
+        assert (status, got["code"]) == (400, "http_error"), got
+    else:
+        assert (status, got["code"]) == (415, "unsupported_media_type"), got
+        assert "application/json" in got["message"]
+    assert_nothing_recorded(texts, iid)
+
+
+def _without_content_type(raw: Raw, path: str, body: bytes | None) -> tuple[int, bytes]:
+    import http.client
+
+    conn = http.client.HTTPConnection(raw.host, raw.port, timeout=10)
+    try:
+        conn.putrequest("POST", path)
+        conn.putheader("Authorization", f"Bearer {raw.token}")
+        conn.putheader("Content-Length", str(len(body or b"")))
+        conn.endheaders(body)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+JSON_TYPES = ["application/json; charset=UTF-8", "Application/JSON", "application/vnd.api+json"]
+
+
+@pytest.mark.parametrize("content_type", JSON_TYPES)
+def test_json_media_types_are_taken(texts: Raw, content_type: str) -> None:
+    iid = new_question(texts, f"json-type-{JSON_TYPES.index(content_type)}")
+    body = json.dumps({"answer": "formal"}).encode()
+    path = f"/api/runs/{TEXTS_RUN}/interactions/{iid}/answer"
+    status, data = texts.send("POST", path, body, headers={"Content-Type": content_type})
+    assert status == 200, data
+    assert recorded(texts, iid)[0]["answers"] == "formal"
+
+
+def test_an_empty_body_needs_no_content_type(texts: Raw) -> None:
+    status, data = _without_content_type(texts, "/api/runs/nope/cancel", None)
+    assert (status, json.loads(data)["code"]) == (404, "not_found")  # past the body checks
+
+
+@pytest.mark.parametrize(("path", "headers", "status", "code"), [
+    ("/api/runs?status=" + "x" * 100_000, {}, 414, "uri_too_long"),
+    ("/api/runs/" + "r" * 9000, {}, 414, "uri_too_long"),
+    ("/nope?" + "x" * 70_000, {}, 414, "uri_too_long"),
+    ("/api/store/hello?nonce=" + "0" * 100_000, {}, 414, "uri_too_long"),
+    ("/api/runs", {"X-Pad": "p" * 100_000}, 431, "headers_too_large"),
+    ("/api/runs", {f"X-Pad-{n}": "p" * 1000 for n in range(80)}, 431, "headers_too_large"),
+])  # fmt: skip
+def test_a_long_url_or_long_headers_get_a_json_414_or_431(
+    texts: Raw, path: str, headers: dict[str, str], status: int, code: str
+) -> None:
+    got, data = texts.send("GET", path, headers=headers)
+    body = json.loads(data)
+    assert (got, body["code"]) == (status, code), body
+    assert isinstance(body["message"], str)
+    assert texts.json("GET", "/api/runs?limit=1")[0] == 200
+
+
+def test_a_head_over_a_megabyte_is_dropped_as_documented(texts: Raw) -> None:
+    """Beyond HEADER_READ_LIMIT tornado closes the connection before any handler runs."""
+    import http.client
+
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        texts.send("GET", "/api/runs", headers={"X-Pad": "p" * (1024 * 1024 + 10)})
+    assert texts.json("GET", "/api/runs?limit=1")[0] == 200  # and the holder goes on
+
+
+def test_a_bad_status_filter_lists_the_statuses(texts: Raw) -> None:
+    from iterion_nb.runtime.records import RUN_STATUSES
+
+    body = json.dumps({"args": [], "kwargs": {"status": "weird"}}).encode()
+    status, data = texts.send("POST", "/api/store/list_runs", body)
+    got = json.loads(data)
+    assert (status, got["code"]) == (400, "bad_request"), got
+    assert "Optional" not in got["message"] and "Literal" not in got["message"]
+    assert got["message"].startswith("list_runs: status: expects one of 'running'")
+    assert all(f"'{s}'" in got["message"] for s in RUN_STATUSES) and got["message"].endswith(
+        "or null"
+    )
+    status, got = texts.json("GET", "/api/runs?status=weird")
+    assert (status, got["code"]) == (400, "bad_request")
+    assert all(s in got["message"] for s in RUN_STATUSES)
+
+
+# -- the same checks under a Jupyter server (its own HTTP server, its own limits) -------------
+@pytest.fixture(scope="module")
+def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Raw, dict[str, str]]]:
+    """A real Jupyter server with the extension, its store seeded with run r1 and q1…q9."""
+    import asyncio
+    import os
+    import secrets
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from iterion_nb.runtime.records import Interaction, Run
+    from iterion_nb.store import open_duckdb_store
+    from iterion_nb.store.holder_file import HolderInfo
+
+    root = tmp_path_factory.mktemp("jupyter")
+    db = root / "store.duckdb"
+    at = datetime.now(UTC)
+
+    async def seed() -> None:
+        store = open_duckdb_store(db)
+        await store.create_run(Run("r1", "w", "h", "paused_waiting_human", at, at))
+        for n in range(1, 10):
+            await store.add_interaction(Interaction(f"q{n}", "r1", "ask", "async", ("Q?",), at))
+        await store.close()
+
+    asyncio.run(seed())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    token = secrets.token_hex(16)
+    env = {**os.environ, "ITERION_NB_STORE": str(db), "HOME": str(root),
+           "JUPYTER_CONFIG_DIR": str(root / ".jupyter")}  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={port}",
+         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0", "--allow-root"],
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    raw = Raw(HolderInfo(server.pid, url, token))
+    try:
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("the Jupyter server did not start")
+        yield raw, {"Authorization": f"token {token}"}
+    finally:
+        raw.close()
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _jupyter_send(
+    jupyter: tuple[Raw, dict[str, str]], method: str, path: str, body: bytes | None = None,
+    content_type: str = "application/json", **headers: str,
+) -> tuple[int, Any]:  # fmt: skip
+    raw, auth = jupyter
+    sent = {**auth, "Content-Type": content_type, **headers}
+    status, data = raw.send(method, "/iterion" + path, body, headers=sent, auth=False)
+    return status, json.loads(data)
+
+
+def test_jupyter_reads_the_sidebars_text_plain_label_and_checks_the_fields(
+    jupyter: tuple[Raw, dict[str, str]],
+) -> None:
+    answer = "/api/runs/r1/interactions/q1/answer"
+    # what JupyterLab's ServerConnection sends for a string body: fetch's text/plain label
+    status, got = _jupyter_send(jupyter, "POST", answer, b'{"answer": "x", "answerd_by": "me"}',
+                                "text/plain;charset=UTF-8")  # fmt: skip
+    assert (status, got["code"], got["unknown"]) == (400, "unknown_field", ["answerd_by"]), got
+    status, got = _jupyter_send(jupyter, "POST", answer, b'{"answer": "a", "answer": "b"}')
+    assert (status, got["code"]) == (400, "bad_json") and "repeats the key" in got["message"]
+    status, got = _jupyter_send(jupyter, "POST", answer, b'{"answer": "x"}', "application/xml")
+    assert (status, got["code"]) == (415, "unsupported_media_type"), got
+    status, got = _jupyter_send(jupyter, "POST", answer, json.dumps({"answer": "a\x00"}).encode())
+    assert (status, got["code"], got["field"]) == (400, "bad_text", "answer"), got
+    status, listed = _jupyter_send(jupyter, "GET", "/api/runs/r1/interactions")
+    (q1,) = [q for q in listed["interactions"] if q["id"] == "q1"]
+    assert q1["answered_at"] is None and q1["answers"] is None  # nothing was recorded
+    status, got = _jupyter_send(jupyter, "POST", answer, b'{"answer": "ok\\tfine"}',
+                                "text/plain;charset=UTF-8")  # fmt: skip
+    assert status == 200 and got["queued"] is True, got
+
+
+def test_jupyter_validate_takes_only_its_fields(jupyter: tuple[Raw, dict[str, str]]) -> None:
+    body = json.dumps({"source": "workflow w:\n", "nmae": "x.iter"}).encode()
+    status, got = _jupyter_send(jupyter, "POST", "/api/validate", body)
+    assert (status, got["code"], got["allowed"]) == (400, "unknown_field", ["source", "name"])
+
+
+def test_jupyter_answers_a_long_url_414_and_drops_a_head_over_its_64_kb(
+    jupyter: tuple[Raw, dict[str, str]],
+) -> None:
+    import http.client
+
+    status, got = _jupyter_send(jupyter, "GET", "/api/runs?status=" + "x" * 20_000)
+    assert (status, got["code"]) == (414, "uri_too_long"), got
+    # the Jupyter server's own HTTP server reads 64 KB of head at most: beyond, no answer
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        _jupyter_send(jupyter, "GET", "/api/runs", **{"X-Pad": "p" * 70_000})
+    assert _jupyter_send(jupyter, "GET", "/api/runs")[0] == 200
