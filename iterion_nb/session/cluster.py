@@ -104,7 +104,7 @@ def _client(cluster: Any) -> Any:
         ) from None
     if isinstance(cluster, distributed.Client):
         return cluster
-    _answers_as_scheduler(str(cluster))
+    reach_scheduler(str(cluster))
     try:
         return distributed.Client(  # type: ignore[no-untyped-call]
             str(cluster), set_as_default=False, timeout=f"{CONNECT_TIMEOUT:.0f}s"
@@ -113,11 +113,12 @@ def _client(cluster: Any) -> Any:
         raise IterionError(f"cannot reach the Dask scheduler at {cluster}: {err}") from None
 
 
-def _answers_as_scheduler(address: str) -> None:
-    """Check that ``address`` is a Dask scheduler's before a client waits on it.
+def reach_scheduler(address: str) -> None:
+    """Check that a Dask scheduler answers at ``address`` before a client waits on it.
 
     A client connected to something that is not a Dask server (its dashboard's
-    HTTP port, say) waits for its greeting forever; this check gives up.
+    HTTP port, say) waits for its greeting forever, and one whose address has
+    nothing listening retries until its timeout; this check tells at once.
 
     Raises:
         IterionError: Not an address Dask takes, nothing listens there, or what
@@ -125,7 +126,16 @@ def _answers_as_scheduler(address: str) -> None:
     """
     import concurrent.futures
 
+    from distributed.comm.addressing import parse_address, parse_host_port
     from distributed.comm.core import connect
+
+    try:
+        scheme, where = parse_address(address)
+        host_port = parse_host_port(where, 8786) if scheme in ("tcp", "tls") else None
+    except ValueError as err:
+        raise IterionError(f"'{address}' is not a Dask scheduler address: {err}") from None
+    if host_port is not None:
+        _listens(address, *host_port)
 
     async def greet() -> None:
         comm = await connect(address, timeout=CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
@@ -148,18 +158,66 @@ def _answers_as_scheduler(address: str) -> None:
             raise IterionError(f"cannot reach the Dask scheduler at {address}: {err}") from None
 
 
+def _listens(address: str, host: str, port: int) -> None:
+    """Refuse at once an address where nothing accepts a TCP connection.
+
+    Raises:
+        IterionError: The connection is refused, or the host cannot be found.
+    """
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT):
+            pass
+    except ConnectionRefusedError:
+        raise IterionError(
+            f"no Dask scheduler at {address}: nothing listens there (start one with"
+            f" `dask scheduler --port {port}`)"
+        ) from None
+    except socket.gaierror as err:
+        raise IterionError(f"cannot reach the Dask scheduler at {address}: {err}") from None
+    except TimeoutError:
+        raise IterionError(
+            f"cannot reach the Dask scheduler at {address}: no reply within {CONNECT_TIMEOUT:.0f} s"
+        ) from None
+
+
 class DaskExecutor:
-    """Submits runs of a store to a Dask cluster; registers the watcher on its workers."""
+    """Submits runs of a store to a Dask cluster; registers the watcher on its workers.
+
+    It reaches the scheduler only when a run is to go there (:meth:`connect`):
+    a session that lists runs, answers or cancels needs no scheduler up.
+    """
 
     def __init__(self, cluster: Any, store_spec: str) -> None:
-        self.client = _client(cluster)
-        self._own_client = self.client is not cluster
+        self.cluster = cluster
         self.store_spec = store_spec
-        from iterion_nb.session.watcher import RunWatcher
+        self._client: Any = None
 
-        # one watcher per store on every worker (registering it again changes nothing);
-        # Dask logs plugin names, and its dashboard shows those logs: no password in it
-        self.client.register_plugin(RunWatcher(store_spec), name=plugin_name(store_spec))
+    @property
+    def client(self) -> Any:
+        """The ``distributed.Client`` (connecting first, if this executor has not yet)."""
+        return self.connect()
+
+    def connect(self) -> Any:
+        """Reach the scheduler and register the watcher (once); return the client.
+
+        Raises:
+            IterionError: Dask is not installed, or no scheduler answers there.
+        """
+        if self._client is None:
+            client = _client(self.cluster)
+            from iterion_nb.session.watcher import RunWatcher
+
+            # one watcher per store on every worker (registering it again changes nothing);
+            # Dask logs plugin names, and its dashboard shows those logs: no password in it
+            client.register_plugin(RunWatcher(self.store_spec), name=plugin_name(self.store_spec))
+            self._client = client
+        return self._client
+
+    def has_workers(self) -> bool:
+        """Whether any worker is connected to the scheduler now."""
+        return bool(self.client.scheduler_info().get("workers"))
 
     @staticmethod
     def queue_claimant() -> Claimant:
@@ -178,8 +236,8 @@ class DaskExecutor:
 
     def close(self) -> None:
         """Let go of the client (runs go on on the cluster)."""
-        if self._own_client:
-            self.client.close()
+        if self._client is not None and self._client is not self.cluster:
+            self._client.close()
 
 
 def check_tools_reach_workers(wf: Any) -> None:
@@ -249,6 +307,7 @@ __all__ = [
     "CLUSTER_TAKES",
     "DaskExecutor",
     "execute_run",
+    "reach_scheduler",
     "submit_resume",
     "worker_store",
 ]

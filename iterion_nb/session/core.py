@@ -21,11 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from iterion_nb.api.holder import Holder
-from iterion_nb.errors import ResumeError, RunOwnedError
+from iterion_nb.errors import IterionError, ResumeError, RunOwnedError
 from iterion_nb.ir import compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.runtime import replay
-from iterion_nb.runtime.answers import AnswerService, expire_awaited, ready_to_resume
+from iterion_nb.runtime.answers import (
+    AnswerService,
+    check_answer_text,
+    check_answered_by,
+    expire_awaited,
+    ready_to_resume,
+)
 from iterion_nb.runtime.engine import Engine, Outcome
 from iterion_nb.runtime.ownership import DEFAULT_TTL, Claimant
 from iterion_nb.runtime.ports import Backend, Store
@@ -72,7 +78,9 @@ class Session:
         lease_seconds: How long this session's leases last without renewal.
         cluster: Execute runs on a Dask cluster: a scheduler address or a
             ``distributed.Client`` (default: ``ITERION_NB_CLUSTER``; ``False``:
-            in this process whatever the environment says).
+            in this process whatever the environment says). It is reached when
+            a run first goes there. A cluster's runs use the default backends:
+            ``backend`` with a cluster is refused.
         parking: Keep a run that pauses owned here and resume it when answered
             (a cluster worker does not: a parked run holds no process).
     """
@@ -90,6 +98,15 @@ class Session:
         cluster: Any = None,
         parking: bool = True,
     ) -> None:
+        if cluster is None:
+            cluster = os.environ.get(CLUSTER_ENV) or None
+        if cluster and backend is not None:
+            raise IterionError(
+                "a backend given to the session exists in this process only, and runs of"
+                " a cluster execute on its workers with the default backends: pass"
+                " cluster=False to run here"
+                + (f" ({CLUSTER_ENV} names a cluster)" if os.environ.get(CLUSTER_ENV) else "")
+            )
         if store is None or isinstance(store, str | os.PathLike):
             self.store: Store = open_store(store, on_take_over=self._took_over)
             self._owns_store = True
@@ -120,8 +137,6 @@ class Session:
         self.holder: Holder | None = None
         self.parking = parking
         self.executor: DaskExecutor | None = None
-        if cluster is None:
-            cluster = os.environ.get(CLUSTER_ENV) or None
         if cluster:
             self.executor = DaskExecutor(cluster, store_spec(store, self.store))
 
@@ -204,6 +219,7 @@ class Session:
         self.serve()
         if self.executor is not None:  # held for the cluster until a worker takes it over
             check_tools_reach_workers(wf)
+            self.executor.connect()  # no scheduler answers: nothing is recorded
             queue = self.executor.queue_claimant()
             await self.store.create_run(run, owner=queue)
             self.executor.submit(run.id, queue.id)
@@ -276,6 +292,10 @@ class Session:
             lease = record.lease  # this very session runs it
             raise RunOwnedError(run_id, lease.pid, lease.host, lease.since)
         wf, text = self._workflow_for(record, workflow, force)
+        if answers:  # refused as on every surface, before anything changes
+            check_answered_by(answered_by)
+            for iid, answer in answers.items():
+                check_answer_text(answer, f"answers[{iid!r}]")
         for iid in answers or {}:
             await self.answers.question(run_id, iid)
         if self.executor is not None and take_from is None:
@@ -350,6 +370,7 @@ class Session:
         """Take the run for the cluster (atomically), record the answers, queue it."""
         assert self.executor is not None
         check_tools_reach_workers(wf)
+        self.executor.connect()  # no scheduler answers: the run is not taken
         queue = self.executor.queue_claimant()
         run = await self.store.acquire_run(run_id, queue)
         for iid, answer in (answers or {}).items():
@@ -365,7 +386,17 @@ class Session:
         return self.executor is not None
 
     async def resume_answered(self, run_id: str, answered_by: str) -> None:
-        """Resume a run whose awaited answers are all in (the answer service calls this)."""
+        """Resume a run whose awaited answers are all in (the answer service calls this).
+
+        Raises:
+            ResumeError: This session's cluster cannot be reached (the answer is in;
+                a cluster's run is taken up by its workers' watchers all the same).
+        """
+        if self.executor is not None:
+            try:
+                self.executor.connect()
+            except IterionError as err:
+                raise ResumeError(f"the run was not resumed: {err}") from None
         await self.resume(run_id, answered_by=answered_by)
 
     def _launch(

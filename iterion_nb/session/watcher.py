@@ -28,6 +28,8 @@ from iterion_nb.session.cluster import EXECUTOR, SCAN_INTERVAL, log, submit_resu
 #: Seconds after the store came back from an outage before interrupted runs are taken:
 #: every lease lapsed while it was away, and owners still alive renew theirs first.
 TAKEOVER_GRACE = DEFAULT_TTL
+#: Seconds a watcher gives its store to answer at start before it warns.
+STORE_CHECK_SECONDS = 10.0
 
 
 def settling(store: Store) -> bool:
@@ -76,14 +78,17 @@ class RunWatcher(distributed.WorkerPlugin):
         )
         store = None
         assert self._stop is not None
+        said = False
         while store is None:  # a DuckDB store waits for a process to hold (and serve) it
             try:
                 store = worker_store(self.store_spec)
             except IterionError as err:
-                log.info("iterion_nb watcher: %s", err)
+                (log.info if said else log.warning)("iterion_nb watcher: %s", err)
+                said = True
                 if self._stop.wait(self.scan_interval):
                     await asyncio.to_thread(client.close)
                     return
+        await self._check_store(store)
         rung: set[str] = set()
         unsubscribe = store.doorbell.subscribe(rung.add)  # type: ignore[attr-defined]
         try:
@@ -92,6 +97,25 @@ class RunWatcher(distributed.WorkerPlugin):
             unsubscribe()
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(client.close)
+
+    async def _check_store(self, store: Store) -> None:
+        """Say in the worker's log, within seconds, when the store cannot be used.
+
+        A store call waits out an outage (minutes, on PostgreSQL): a wrong host,
+        database or password would otherwise leave this worker silent.
+        """
+        from iterion_nb.store.location import mask_url
+
+        try:
+            await asyncio.wait_for(store.list_runs(limit=1), STORE_CHECK_SECONDS)
+        except Exception as err:  # the watcher goes on trying: the store may come up
+            why = str(err) or f"no reply within {STORE_CHECK_SECONDS:.0f} s"
+            log.warning(
+                "iterion_nb watcher: cannot use the store %s: %s; this worker takes up no run"
+                " until it can", mask_url(self.store_spec), why,
+            )  # fmt: skip
+        else:
+            log.info("iterion_nb watcher: watching the runs of %s", mask_url(self.store_spec))
 
     async def _loop(self, store: Store, client: Any, rung: set[str]) -> None:
         bell = store.doorbell  # type: ignore[attr-defined]
@@ -181,6 +205,10 @@ def dask_setup(worker: Any) -> None:
             " (Session(cluster=...) does), and only while their scheduler runs"
         )
         return
+    # under the name clients register it by: a client's registration replaces this
+    # watcher instead of adding a second one for the same store
+    from iterion_nb.session.cluster import plugin_name
+
     watcher = RunWatcher(spec)
+    worker.plugins[plugin_name(spec)] = watcher
     watcher.setup(worker)
-    worker._iterion_watcher = watcher  # kept alive with the worker

@@ -16,7 +16,7 @@ import distributed
 BIN = Path(sys.executable).parent
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -49,7 +49,7 @@ class CliCluster:
         """Start a scheduler and ``workers`` workers (preloaded with the watcher if ``store``)."""
         self.tmp_path = tmp_path
         self.store = store
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.scheduler = self._scheduler()
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -81,19 +81,28 @@ class CliCluster:
         self.scheduler.wait()
         self.scheduler = self._scheduler()
 
-    def add_worker(self) -> subprocess.Popen[bytes]:
-        """One more ``dask worker`` process (a nanny and its worker)."""
+    def add_worker(
+        self, store: str | None = None, log: Path | None = None
+    ) -> subprocess.Popen[bytes]:
+        """One more ``dask worker`` process (a nanny and its worker).
+
+        It watches ``store`` (default: the cluster's), and writes its log to ``log``.
+        """
         env = dict(os.environ)
         preload: list[str] = []
-        if self.store is not None:
-            env["ITERION_NB_STORE"] = self.store
+        watched = store if store is not None else self.store
+        if watched is not None:
+            env["ITERION_NB_STORE"] = watched
             preload = ["--preload", "iterion_nb.session.watcher"]
+        output = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
         local = self.tmp_path / f"worker{len(self.workers)}-{time.monotonic_ns()}"
         proc = subprocess.Popen(
             [str(BIN / "dask"), "worker", self.address, "--nthreads", "2", "--no-dashboard",
              "--local-directory", str(local), *preload],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+            stdout=subprocess.DEVNULL, stderr=output, env=env,
         )  # fmt: skip
+        if log is not None:
+            output.close()  # type: ignore[union-attr]
         self.workers.append(proc)
         return proc
 

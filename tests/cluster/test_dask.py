@@ -29,7 +29,7 @@ import iterion_nb as it
 from iterion_nb.errors import ResumeError, RunOwnedError
 from iterion_nb.session import Session
 
-from .procs import CliCluster
+from .procs import CliCluster, free_port
 
 distributed = pytest.importorskip("distributed")
 
@@ -205,6 +205,59 @@ async def test_answered_with_the_cli_of_a_process_without_the_cluster_a_worker_r
     assert not (elsewhere / "ran.txt").exists()  # not run in the answering CLI's directory
     worker_pids = set(session.executor.client.run(os.getpid).values())  # type: ignore[union-attr]
     assert pids(tmp_path, "after") <= worker_pids
+
+
+async def test_commands_that_only_read_or_answer_need_no_scheduler_up(
+    session: Session, tmp_path: Path, store: str
+) -> None:
+    """With ITERION_NB_CLUSTER exported and that scheduler down, the store still serves:
+    listing, showing, answering and cancelling never reach for the cluster."""
+    run = await session.start(it.compile(GATE))
+    assert await run.wait(60) == "paused_waiting_human"
+    (question,) = await run.pending_questions()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ITERION_NB_")}
+    env["ITERION_NB_CLUSTER"] = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [CLI, *argv, "--store", store], capture_output=True, text=True, timeout=120,
+            cwd=tmp_path, env=env, check=False,
+        )  # fmt: skip
+
+    for argv in (["runs", "list"], ["runs", "show", run.id], ["runs", "questions", run.id]):
+        done = await asyncio.to_thread(cli, *argv)
+        assert done.returncode == 0 and run.id in done.stdout, (argv, done.stderr)
+    answered = await asyncio.to_thread(cli, "runs", "answer", run.id, question.id, "yes")
+    assert answered.returncode == 0, answered.stderr
+    assert await run.wait(60) == "finished", run.error  # a worker of the real cluster took it
+    again = await session.start(it.compile(GATE))
+    assert await again.wait(60) == "paused_waiting_human"
+    cancelled = await asyncio.to_thread(cli, "cancel", again.id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert (await again.refresh()).status == "cancelled"
+    (gate,) = await again.pending_questions()  # answered now, it waits for a person's resume
+    told = await asyncio.to_thread(cli, "runs", "answer", again.id, gate.id, "yes")
+    assert told.returncode == 0, told.stderr
+    assert told.stdout.startswith(
+        f"answer recorded; run {again.id} is cancelled: it goes on"
+        f" when resumed with `iterion-nb resume {again.id} --store "
+    ), told.stdout
+
+
+def test_a_backend_of_this_process_with_a_cluster_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers could not use it: refused when the session is made, not dropped."""
+    from iterion_nb.backends import FunctionBackend
+    from iterion_nb.errors import IterionError
+
+    backend = FunctionBackend(default=lambda *args: "ok")
+    with pytest.raises(IterionError, match=r"pass cluster=False to run here$"):
+        Session(tmp_path / "s", cluster="tcp://127.0.0.1:8786", backend=backend)
+    monkeypatch.setenv("ITERION_NB_CLUSTER", "tcp://127.0.0.1:8786")
+    with pytest.raises(IterionError, match=r"\(ITERION_NB_CLUSTER names a cluster\)"):
+        Session(tmp_path / "s", backend=backend)
+    assert not (tmp_path / "s").exists()  # refused before a store was made
 
 
 async def test_two_sessions_racing_to_resume_on_the_cluster_run_it_once(
@@ -387,6 +440,8 @@ def http_port() -> Iterator[int]:
          " within 10 s (a scheduler listens on port 8786 by default; 8787 is its dashboard)"),
         ("http://127.0.0.1:{port}", "'http://127.0.0.1:{port}' is not a Dask scheduler address:"
          " unknown address scheme 'http'"),
+        ("tcp://127.0.0.1:{closed}", "no Dask scheduler at tcp://127.0.0.1:{closed}: nothing"
+         " listens there (start one with `dask scheduler --port {closed}`)"),
     ],
 )  # fmt: skip
 def test_a_cluster_address_that_is_no_scheduler_is_a_clear_error(
@@ -395,13 +450,17 @@ def test_a_cluster_address_that_is_no_scheduler_is_a_clear_error(
     """The dashboard's port instead of the scheduler's: an error within seconds, no hang."""
     flow = tmp_path / "gate.iter"
     flow.write_text(GATE)
-    given = address.format(port=http_port)
+    closed = free_port()  # nothing listens there: refused at once, not after 10 s
+    given = address.format(port=http_port, closed=closed)
     done = subprocess.run(
         [CLI, "run", str(flow), "--store", str(tmp_path / "s"), "--cluster", given],
         capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
     )  # fmt: skip
     assert done.returncode == 1
-    assert done.stderr.startswith(f"iterion-nb: {told.format(port=http_port)}"), done.stderr
+    assert done.stderr.startswith(f"iterion-nb: {told.format(port=http_port, closed=closed)}"), (
+        done.stderr
+    )
+    assert not (tmp_path / "s").exists()  # refused before a store was made
     assert "Traceback" not in done.stderr
 
 

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from iterion_nb.session import Session
 from iterion_nb.session.cluster import SCAN_INTERVAL
 from tests.pgserver import PgServer
 
-from .procs import CliCluster
+from .procs import CliCluster, free_port
 
 CLI = str(Path(sys.executable).parent / "iterion-nb")
 
@@ -164,6 +165,88 @@ async def test_a_run_cancelled_while_it_waits_for_a_worker_never_runs(
         await session.close()
         await asyncio.to_thread(cluster.close)
     assert ran(chdir) == Counter({"after": 1})
+
+
+async def test_a_worker_whose_store_cannot_be_used_says_so_in_its_log(chdir: Path) -> None:
+    """A wrong host or password would leave the worker silent while its calls wait."""
+    cluster = await asyncio.to_thread(CliCluster, chdir, 0)
+    bad = f"postgresql://iterion:s3cret@127.0.0.1:{free_port()}/agents"  # nothing listens
+    log = chdir / "worker.log"
+    try:
+        await asyncio.to_thread(cluster.add_worker, bad, log)
+
+        async def warned() -> bool:
+            return "iterion_nb watcher: " in log.read_text(errors="replace")
+
+        await until(warned, timeout=60)
+    finally:
+        await asyncio.to_thread(cluster.close)
+    said = log.read_text(errors="replace")
+    assert f"postgresql://iterion:***@127.0.0.1:{bad.rsplit(':', 1)[1]}" in said, said
+    assert "s3cret" not in said
+
+
+async def test_a_preloaded_watcher_and_a_clients_make_one_watcher_per_worker(
+    chdir: Path, postgres_url: str
+) -> None:
+    store = schema_url(postgres_url)
+    cluster = await asyncio.to_thread(CliCluster, chdir, 2, store)
+    session = Session(store, cluster=cluster.address, workdir=chdir)
+    try:
+        run = await session.start(it.compile(GATE))  # registers the client's watcher
+        assert await run.wait(60) == "paused_waiting_human"
+        client = session.executor.client  # type: ignore[union-attr]
+
+        def watching() -> int:
+            return sum(t.name == "iterion-watcher" and t.is_alive() for t in threading.enumerate())
+
+        async def one_each() -> bool:
+            counts = await asyncio.to_thread(client.run, watching)
+            return sorted(counts.values()) == [1, 1]
+
+        await until(one_each, timeout=30)
+        (question,) = await run.pending_questions()
+        await run.answer(question.id, "yes")
+        assert await run.wait(60) == "finished"
+    finally:
+        await session.close()
+        await asyncio.to_thread(cluster.close)
+    assert ran(chdir) == Counter({"after": 1})
+
+
+async def test_detached_with_no_worker_up_the_cli_warns_and_the_first_worker_runs_it(
+    chdir: Path, postgres_url: str
+) -> None:
+    store = schema_url(postgres_url)
+    cluster = await asyncio.to_thread(CliCluster, chdir, 0, store)  # nobody is up
+    flow = chdir / "mark.iter"
+    flow.write_text('tool mark:\n  command: "echo mark >> ran.txt"\n\nworkflow w:\n'
+                    "  entry: mark\n  mark -> done\n")  # fmt: skip
+    session = Session(store, cluster=False)
+    try:
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [CLI, "run", str(flow), "--cluster", cluster.address, "--detach", "--store", store],
+            capture_output=True, text=True, timeout=120, cwd=chdir, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        run_id = done.stdout.strip()
+        assert done.stderr == (
+            f"iterion-nb: warning: no worker is connected to the scheduler at {cluster.address}:"
+            " the run waits for one (it reads `interrupted` after a minute); the first worker"
+            " that comes up takes it\n"
+        )
+        assert not ran(chdir)
+        await asyncio.to_thread(cluster.add_worker)
+
+        async def finished() -> bool:
+            return (await session.store.get_run(run_id)).status == "finished"
+
+        await until(finished, timeout=60)
+    finally:
+        await session.close()
+        await asyncio.to_thread(cluster.close)
+    assert ran(chdir) == Counter({"mark": 1})
 
 
 async def test_the_scheduler_restarting_loses_no_run(chdir: Path, postgres_url: str) -> None:
