@@ -12,15 +12,16 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TextIO
 
 from iterion_nb import __version__
+from iterion_nb.cli.inputs import InputError, check_stores
 from iterion_nb.cli.runs import CliError, add_commands, run_command
 from iterion_nb.dsl.diagnostics import Severity, render_all
-from iterion_nb.errors import CompileError
+from iterion_nb.errors import CompileError, IterionError
 from iterion_nb.ir import CompileResult, analyze
 from iterion_nb.ir.mermaid import to_mermaid
+from iterion_nb.safe_input import InputFileError, read_bytes
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -50,15 +51,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _compile(path_text: str) -> CompileResult:
-    path = Path(path_text)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise _UsageError(f"{path_text}: no such file") from None
-    except IsADirectoryError:
-        raise _UsageError(f"{path_text}: is a directory, not a workflow file") from None
-    except OSError as err:
-        raise _UsageError(f"{path_text}: cannot read: {err.strerror}") from None
+    try:  # a regular file only, and no more than a workflow may hold
+        data = read_bytes(path_text)
+    except InputFileError as err:
+        raise _UsageError(str(err)) from None
     return analyze(data, path_text)
 
 
@@ -132,11 +128,12 @@ def main(
             return cmd_validate(args, stdout)
         if args.command == "graph":
             return cmd_graph(args, stdout, stderr)
+        check_stores(args)
         return run_command(args, stdout)
     except _UsageError as problem:
         stderr.write(f"iterion-nb: {problem}\n")
         return EXIT_USAGE
-    except CliError as problem:
+    except (CliError, InputError) as problem:
         stderr.write(f"iterion-nb: {problem}\n")
         return problem.code
     except FileNotFoundError as problem:
@@ -154,4 +151,7 @@ def main(
         return EXIT_INVALID
     except CompileError as problem:
         stderr.write(f"{problem}\n")
+        return EXIT_INVALID
+    except IterionError as problem:  # the last net: what a command did not translate itself
+        stderr.write(f"iterion-nb: {problem}\n")
         return EXIT_INVALID

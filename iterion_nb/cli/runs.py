@@ -17,28 +17,40 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.service import event_json, interaction_json, run_json
+from iterion_nb.cli.inputs import (
+    MAX_LIST_LIMIT,
+    RunInputs,
+    limit_arg,
+    plain,
+    read_run_inputs,
+    store_arg,
+)
 from iterion_nb.cli.store_copy import add_store_commands, copied_lines, store_copy
 from iterion_nb.errors import (
     AlreadyAnsweredError,
+    BadTextError,
     InvalidAnswerError,
     IterionError,
     RunOwnedError,
+    StoreError,
 )
-from iterion_nb.ir import compile_file
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.answers import is_cluster_run, ready_to_resume
 from iterion_nb.runtime.records import RUN_STATUSES
 from iterion_nb.session import RunHandle, Session, SessionService
+from iterion_nb.session.cluster import CLUSTER_ENV, reach_scheduler
 from iterion_nb.session.launch import answers_yaml
 from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
@@ -60,13 +72,16 @@ class CliError(Exception):
 def add_commands(sub: Any) -> None:
     """Register the run commands on the top-level parser's subparsers."""
     run = sub.add_parser("run", help="run a workflow here until it finishes or pauses")
-    run.add_argument("file")
-    run.add_argument("--var", action="append", default=[], metavar="K=V")
+    run.add_argument("file", help="the workflow file (.iter or .bot) to run")
+    run.add_argument(
+        "--var", action="append", default=[], metavar="K=V",
+        help="a value for one of the workflow's vars (repeat for more)",
+    )  # fmt: skip
     run.add_argument("--scenario", help="the scripted model's scenario (YAML or JSON)")
-    run.add_argument("--preset", help="start from one of the workflow's presets: (--var wins)")
+    run.add_argument("--preset", help="start from one of the workflow's presets (--var wins)")
     run.add_argument(
         "--attach", action="append", default=[], metavar="NAME=PATH",
-        help="a file for one of the workflow's attachments:",
+        help="a file for one of the workflow's attachments (repeat for more)",
     )  # fmt: skip
     run.add_argument(
         "--answers", metavar="FILE",
@@ -85,7 +100,9 @@ def add_commands(sub: Any) -> None:
     verbs = runs.add_subparsers(dest="verb", required=True, metavar="VERB")
     _common(verbs.add_parser("list", help="runs, newest first"))
     verbs.choices["list"].add_argument("--status", choices=RUN_STATUSES, metavar="STATUS")
-    verbs.choices["list"].add_argument("--limit", type=int, default=50)
+    verbs.choices["list"].add_argument(
+        "--limit", type=limit_arg, default=50, help=f"at most this many (1 to {MAX_LIST_LIMIT:,})"
+    )
     for verb, text in (("show", "one run"), ("questions", "a run's pending questions")):
         parser = verbs.add_parser(verb, help=text)
         parser.add_argument("run_id")
@@ -130,15 +147,6 @@ JSON_HINT = (
 )
 
 
-def store_arg(text: str) -> str:
-    """``--store``: a path or URL, not nothing (as an unset ``$VARIABLE`` gives)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "is empty: name a store (a path or a postgresql:// URL); was a variable unset?"
-        )
-    return text
-
-
 def _cluster(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster", metavar="ADDRESS",
@@ -174,7 +182,8 @@ class HttpClient:
             if err.code == "already_answered":  # said with who answered what, as on the file
                 iid = str(err.body.get("interaction_id", ""))
                 raise AlreadyAnsweredError(iid, err.body.get("existing")) from None
-            raise CliError(str(err), EXIT_OWNED if err.code == "run_owned" else 1) from None
+            code = {"run_owned": EXIT_OWNED, "bad_text": 2}.get(err.code or "", 1)
+            raise CliError(str(err), code) from None
 
     def close(self) -> None:
         """Close its connections."""
@@ -182,8 +191,9 @@ class HttpClient:
 
 
 def _session(
-    store: str | None, *, serve: bool, scenario: str | None = None, cluster: str | None = None
-) -> Session:
+    store: str | None, *, serve: bool, scenario: dict[str, Any] | None = None,
+    cluster: str | None = None,
+) -> Session:  # fmt: skip
     try:
         return Session(store, scenario=scenario, serve=serve, cluster=cluster)
     except IterionError as err:
@@ -285,7 +295,7 @@ def already_answered(question: dict[str, Any]) -> str:
         shown = repr(_clip(labels.get(given) or given))
     else:
         shown = _clip(json.dumps(given, ensure_ascii=False))
-    who = question.get("answered_by") or "someone"
+    who, shown = plain(question.get("answered_by") or "someone"), plain(shown)
     return f"question '{question['id']}' is already answered by {who}: {shown} — nothing sent"
 
 
@@ -374,7 +384,7 @@ async def _report(args: argparse.Namespace, out: TextIO) -> int:
         if args.output is None:
             out.write(text)
         else:
-            path = write_report(text, args.output)
+            path = write_report(text, args.output, make_dirs=True)  # as docs/cli.md says
             out.write(f"wrote the {fmt} report of run {args.run_id} to {path}\n")
     except IterionError as err:
         raise CliError(str(err)) from None
@@ -394,7 +404,10 @@ def require_store(spec: str | None) -> None:
     """
     if store_url(spec) is not None:
         return
-    path = resolve_store_path(spec)
+    try:
+        path = resolve_store_path(spec)
+    except StoreError as err:  # a path DuckDB cannot open (not UTF-8)
+        raise CliError(str(err), 2) from None
     if not path.exists():
         raise CliError(
             f"no run store at {path} (nothing was created: `iterion-nb run` makes one;"
@@ -409,15 +422,9 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "report":
         return await _report(args, out)
     if args.command == "store":
-        try:
-            copied = await store_copy(args)
-        except IterionError as err:
-            raise CliError(str(err)) from None
-        text = json.dumps(copied, indent=2) if args.json else "\n".join(copied_lines(copied))
-        out.write(text + "\n")
-        return 0
-    if args.command in ("run", "resume"):
-        return await _foreground(args, out)
+        return await _copy(args, out)
+    if args.command in ("run", "resume"):  # every file read and checked before a store opens
+        return await _foreground(args, out, read_run_inputs(args))
     action = args.verb if args.command == "runs" else "cancel"
     try:
         result, remote = await _through_holder_or_file(args, action)
@@ -426,6 +433,8 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     except InvalidAnswerError as err:
         hint = "" if getattr(args, "json_value", True) else JSON_HINT
         raise CliError(f"{err}{hint}") from None
+    except BadTextError as err:  # what the person typed: a usage error
+        raise CliError(str(err), 2) from None
     except IterionError as err:
         raise CliError(str(err)) from None
     if action == "answers" and args.export is not None:
@@ -437,6 +446,17 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         _print(result, action, args.json, out, args)
     except _SHAPELESS:
         raise CliError(_NOT_UNDERSTOOD) from None
+    return 0
+
+
+async def _copy(args: argparse.Namespace, out: TextIO) -> int:
+    """``store copy``."""
+    try:
+        copied = await store_copy(args)
+    except IterionError as err:
+        raise CliError(str(err)) from None
+    text = json.dumps(copied, indent=2) if args.json else "\n".join(copied_lines(copied))
+    out.write(text + "\n")
     return 0
 
 
@@ -478,15 +498,20 @@ async def _show_questions(handle: RunHandle, out: TextIO) -> None:
             for question in await handle.pending_questions():
                 if question.id not in seen:
                     seen.add(question.id)
-                    options = "|".join(o.id for o in question.options)
-                    out.write(f"  asked: {question.id} [{question.kind}] {question.question}"
+                    options = plain("|".join(o.id for o in question.options))
+                    text = plain(question.question)
+                    out.write(f"  asked: {question.id} [{question.kind}] {text}"
                               + (f" (options: {options})" if options else "") + "\n")  # fmt: skip
                     out.flush()
             await ticket.wait(timeout=1.0)
 
 
-def _interrupted(run_id: str, store: str | None, cluster: bool) -> str:
-    """What Ctrl-C (SIGTERM, SIGHUP) during ``run`` or ``resume`` did to the run; what next."""
+def _interrupted(run_id: str, store: str | None, cluster: bool, begun: bool = True) -> str:
+    """What Ctrl-C (SIGTERM, SIGHUP) during ``run`` or ``resume`` did to the run; what next.
+
+    ``begun`` is false when the stop came as the run was being recorded or taken
+    up, before it executed: it is left for ``resume`` (``interrupted``), not cancelled.
+    """
     where = f" --store {mask_url(store)}" if store else ""
     cause = "Ctrl-C"
     if _Stopped.signum is not None:
@@ -494,31 +519,54 @@ def _interrupted(run_id: str, store: str | None, cluster: bool) -> str:
     if cluster:
         return (f"iterion-nb: stopped following run {run_id}; it goes on on the cluster"
                 f" (`iterion-nb runs show {run_id}{where}`)\n")  # fmt: skip
+    if not begun:
+        return (f"iterion-nb: run {run_id} stopped ({cause}) as it started; `iterion-nb"
+                f" resume {run_id}{where}` goes on from its checkpoint\n")  # fmt: skip
     return (f"iterion-nb: run {run_id} cancelled ({cause}); `iterion-nb resume"
             f" {run_id}{where}` goes on from its checkpoint\n")  # fmt: skip
 
 
-async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
-    session = _session(args.store, serve=True, scenario=args.scenario, cluster=args.cluster)
+def _before_session(args: argparse.Namespace) -> None:
+    """Refuse what cannot work before the store is opened (a new store is not left behind).
+
+    Raises:
+        CliError: ``--detach`` without a cluster or with a DuckDB file nobody else
+            holds; a cluster address where no scheduler answers.
+    """
+    cluster = args.cluster or os.environ.get(CLUSTER_ENV) or None
+    if getattr(args, "detach", False):
+        if cluster is None:
+            raise CliError("--detach needs a cluster (--cluster ADDRESS or ITERION_NB_CLUSTER)", 2)
+        if store_url(args.store) is None and find_holder(resolve_store_path(args.store)) is None:
+            raise CliError(_DETACH_NEEDS_HOLDER, 2)
+    if cluster is not None:
+        try:
+            reach_scheduler(cluster)
+        except IterionError as err:
+            raise CliError(str(err)) from None
+
+
+_NO_WORKER = (
+    "iterion-nb: warning: no worker is connected to the scheduler at {address}: the run"
+    " waits for one (it reads `interrupted` after a minute); the first worker that comes"
+    " up takes it\n"
+)
+_DETACH_NEEDS_HOLDER = (
+    "--detach needs a store that outlives this command: a postgresql:// URL, or"
+    " a store another process holds (a kernel, JupyterLab)"
+)
+
+
+async def _foreground(args: argparse.Namespace, out: TextIO, inputs: RunInputs) -> int:
+    _before_session(args)
+    session = _session(args.store, serve=True, scenario=inputs.scenario, cluster=args.cluster)
     detach = getattr(args, "detach", False)
     try:
-        if detach and session.executor is None:
-            raise CliError("--detach needs a cluster (--cluster ADDRESS or ITERION_NB_CLUSTER)", 2)
         if detach and isinstance(session.store, DuckDBStore):  # we hold the file: it would go
-            raise CliError(
-                "--detach needs a store that outlives this command: a postgresql:// URL, or"
-                " a store another process holds (a kernel, JupyterLab)",
-                2,
-            )
-        if args.command == "run":
-            variables = dict(_pair(v) for v in args.var)
-            handle = await session.start(
-                compile_file(Path(args.file)), vars=variables,
-                answers=args.answers, answers_from=args.answers_from, preset=args.preset,
-                attachments=dict(_pair(a, "--attach") for a in args.attach),
-            )  # fmt: skip
-        else:
-            handle = await session.resume(args.run_id, force=args.force, scenario=args.scenario)
+            raise CliError(_DETACH_NEEDS_HOLDER, 2)
+        handle = await _begin(session, args, inputs)
+        if session.executor is not None and not session.executor.has_workers():
+            sys.stderr.write(_NO_WORKER.format(address=session.executor.cluster))
         if detach:
             out.write(json.dumps({"id": handle.id}) + "\n" if args.json else f"{handle.id}\n")
             return 0
@@ -546,6 +594,36 @@ async def _foreground(args: argparse.Namespace, out: TextIO) -> int:
         await session.close()
     _print(result, "show", args.json, out)
     return 1 if status in ("failed", "failed_resumable", "interrupted") else 0
+
+
+async def _begin(session: Session, args: argparse.Namespace, inputs: RunInputs) -> RunHandle:
+    """Start (``run``) or resume the run; a stop meanwhile still names it, and the resume."""
+    run_id = args.run_id if args.command == "resume" else uuid.uuid4().hex[:12]
+    try:
+        if args.command == "resume":
+            return await session.resume(run_id, force=args.force, scenario=inputs.scenario)
+        assert inputs.workflow is not None  # read for `run`
+        return await session.start(
+            inputs.workflow, vars=dict(_pair(v) for v in args.var), run_id=run_id,
+            answers=inputs.answers, answers_from=args.answers_from, preset=args.preset,
+            attachments=dict(_pair(a, "--attach") for a in args.attach),
+        )  # fmt: skip
+    except asyncio.CancelledError:  # Ctrl-C as the run was recorded: leave it to `resume`
+        with contextlib.suppress(Exception):
+            if await asyncio.wait_for(_let_go(session, run_id), 5):
+                cluster = session.executor is not None
+                sys.stderr.write(_interrupted(run_id, args.store, cluster, begun=False))
+        raise
+
+
+async def _let_go(session: Session, run_id: str) -> bool:
+    """Whether the run was recorded; if so, this process's lease on it is given up."""
+    try:
+        await session.store.get_run(run_id)
+    except IterionError:  # not recorded: nothing to say about it
+        return False
+    await session.store.release_runs(session.claimant.id, [run_id])
+    return True
 
 
 async def _summary(handle: RunHandle) -> dict[str, Any]:
@@ -580,66 +658,84 @@ def _print(
 def _listing(result: Any) -> list[str]:
     rows = result["runs"]
     return [
-        f"{r['id']}  {r['status']:<22} {r['workflow']:<20} {r['created_at']}" for r in rows
+        f"{plain(r['id'])}  {plain(r['status']):<22} {plain(r['workflow']):<20}"
+        f" {plain(r['created_at'])}"
+        for r in rows
     ] or ["no runs"]
 
 
 def _shown(result: Any) -> list[str]:
-    lines = [f"run {result['id']} ({result['workflow']}): {result['status']}"]
+    """``runs show``: every text from the store with its control characters escaped."""
+    lines = [f"run {plain(result['id'])} ({plain(result['workflow'])}): {plain(result['status'])}"]
     if result.get("error"):
-        lines.append(f"  error: {result['error']}")
+        lines.append(f"  error: {plain(result['error'])}")
     for node, output in result.get("outputs", {}).items():
-        lines.append(f"  {node}: {_clip(json.dumps(output, ensure_ascii=False))}")
-    lines += [f"  waiting: {q['id']} [{q['kind']}] {q['question']}"
-              for q in result.get("questions", [])]  # fmt: skip
+        lines.append(f"  {plain(node)}: {plain(_clip(json.dumps(output, ensure_ascii=False)))}")
+    lines += [f"  waiting: {_asked(q)}" for q in result.get("questions", [])]
     for q in result.get("interactions", []):
         if q["answered_at"] is None:
-            lines.append(f"  asked: {q['id']} [{q['kind']}] {q['question']} (pending)")
+            lines.append(f"  asked: {_asked(q)} (pending)")
             continue
-        answer = _clip(json.dumps(q["answers"], ensure_ascii=False))
-        lines.append(f"  asked: {q['id']} [{q['kind']}] {q['question']}")
-        lines.append(f"    answered {answer} by {q['answered_by']} at {q['answered_at']}")
+        answer = plain(_clip(json.dumps(q["answers"], ensure_ascii=False)))
+        lines.append(f"  asked: {_asked(q)}")
+        lines.append(f"    answered {answer} by {plain(q['answered_by'])}"
+                     f" at {plain(q['answered_at'])}")  # fmt: skip
     return lines
+
+
+def _asked(q: dict[str, Any]) -> str:
+    return f"{plain(q['id'])} [{plain(q['kind'])}] {plain(q['question'])}"
 
 
 def _questions(result: Any) -> list[str]:
     lines = []
     for q in result["interactions"]:
         choices = ", ".join(f"{o['id']}={o['label']}" for o in q["options"])
-        suffix = f"  ({choices})" if choices else ""
-        lines.append(f"{q['id']}  [{q['kind']}] {q['node_id']}: {q['question']}{suffix}")
+        suffix = f"  ({plain(choices)})" if choices else ""
+        lines.append(f"{plain(q['id'])}  [{plain(q['kind'])}] {plain(q['node_id'])}:"
+                     f" {plain(q['question'])}{suffix}")  # fmt: skip
     return lines or ["no pending questions"]
 
 
 #: Statuses in which a message queued for the agent reaches it without anyone resuming the run.
 _DELIVERED = ("running", "paused_waiting_human")
+#: Statuses of a cluster's run that only a person's resume sets going again.
+_STOPPED = ("cancelled", "failed_resumable")
 
 
 def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
     if result.get("recorded_before"):
         return ["answer recorded (by the store's holder, which stopped before it could reply)"]
     state = "queued for the agent" if result.get("queued") else "recorded"
+    run_id = args.run_id if args is not None else "RUN_ID"
+    store = getattr(args, "store", None)
+    resume = f"`iterion-nb resume {run_id}{f' --store {mask_url(store)}' if store else ''}`"
     if result.get("cluster"):
         if result.get("resumed"):
             return [f"answer {state}; a cluster worker resumed the run; it is {result['status']}"]
         if result.get("status") == "paused_waiting_human" and result.get("ready"):
             return [f"answer {state}; no cluster worker has taken the run up yet:"
                     " the first one that comes up resumes it"]  # fmt: skip
+        if result.get("status") in _STOPPED:  # no worker takes these up by itself
+            return [_kept(result, run_id, result["status"], resume)]
         return [f"answer {state}; the run is {result['status']}"]
     status = result.get("run_status")
-    run_id = args.run_id if args is not None else "RUN_ID"
-    store = getattr(args, "store", None)
-    resume = f"`iterion-nb resume {run_id}{f' --store {mask_url(store)}' if store else ''}`"
     if result.get("resume_needed"):  # paused, every answer in, and its process is gone
         return [f"answer {state}; every answer run {run_id} waits for is in, but nothing"
                 f" executes it: resume it with {resume}"]  # fmt: skip
-    if result.get("queued") and not result.get("resumed") and status and status not in _DELIVERED:
-        # nothing executes the run: the message waits in the store for a resume
-        return [f"answer stored; run {run_id} is {status}, so it reaches the agent when the"
-                f" run is resumed: {resume}"]  # fmt: skip
+    if not result.get("resumed") and status in (*_STOPPED, "interrupted"):
+        return [_kept(result, run_id, status, resume)]  # nothing executes the run
     resumed = "; the run resumed" if result.get("resumed") else ""
     final = f"; it is now {result['status']}" if result.get("status") else ""
     return [f"answer {state}{resumed}{final}"]
+
+
+def _kept(result: Any, run_id: str, status: str, resume: str) -> str:
+    """An answer to a run nothing executes: it waits in the store for a person's resume."""
+    if result.get("queued"):  # a message for an agent that asked and went on
+        return (f"answer stored; run {run_id} is {status}, so it reaches the agent when the"
+                f" run is resumed: {resume}")  # fmt: skip
+    return f"answer recorded; run {run_id} is {status}: it goes on when resumed with {resume}"
 
 
 def _export(result: dict[str, Any], target: str, out: TextIO) -> int:
@@ -661,10 +757,10 @@ def _export(result: dict[str, Any], target: str, out: TextIO) -> int:
 def _pinned(result: Any) -> list[str]:
     lines = []
     for pin in result["answers"]:
-        options = f" [{', '.join(pin['options'])}]" if pin.get("options") else ""
-        answer = _clip(json.dumps(pin["answer"], ensure_ascii=False))
-        lines.append(f"{pin['node']}: {pin['question']}{options}\n  -> {answer}")
-    return lines or [f"run {result['run']} has no answers"]
+        options = f" [{plain(', '.join(pin['options']))}]" if pin.get("options") else ""
+        answer = plain(_clip(json.dumps(pin["answer"], ensure_ascii=False)))
+        lines.append(f"{plain(pin['node'])}: {plain(pin['question'])}{options}\n  -> {answer}")
+    return lines or [f"run {plain(result['run'])} has no answers"]
 
 
 def _cancelled(result: Any) -> list[str]:

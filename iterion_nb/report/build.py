@@ -114,11 +114,23 @@ def format_for(path: str | os.PathLike[str] | None, fmt: str | None) -> str:
     return "md"
 
 
-def write_report(text: str, path: str | os.PathLike[str]) -> Path:
-    """Write a report; an unwritable place is a ReportError naming it and why."""
+def write_report(text: str, path: str | os.PathLike[str], *, make_dirs: bool = False) -> Path:
+    """Write a report; with ``make_dirs``, the directories missing on the way are created.
+
+    An unwritable place is a ReportError naming it and why.
+    """
     target = Path(path)
     if target.is_dir():
         raise ReportError(f"cannot write the report to {target}: it is a directory")
+    try:
+        if make_dirs:
+            target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ReportError(
+            f"cannot write the report to {target}: a part of its directory is a file"
+        ) from None
+    except OSError as err:
+        raise ReportError(f"cannot write the report to {target}: {err.strerror or err}") from None
     try:
         target.write_text(text, encoding="utf-8")
     except OSError as err:

@@ -18,6 +18,7 @@ from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Backend
 from iterion_nb.runtime.replay import AnswersFileError, pins_of
+from iterion_nb.safe_input import InputFileError, file_digest, load_yaml, read_text, shown_path
 
 Scenario = Mapping[str, Any] | str | os.PathLike[str]
 #: Pinned answers: a YAML/JSON file, or its content (``{"answers": [...]}`` or the list).
@@ -55,25 +56,23 @@ def scenario_data(scenario: Scenario | None) -> dict[str, Any] | None:
 def read_answers(answers: Answers) -> list[dict[str, Any]]:
     """Pinned answers as checked data (a file is read: YAML, or JSON which is YAML).
 
+    The file is read as :mod:`iterion_nb.safe_input` reads what a person names:
+    a regular file of UTF-8 text, of bounded size, nesting and alias expansion.
+
     Raises:
         AnswersFileError: The file cannot be read, or is not pinned answers
             (the message names the file, the entry and the field).
     """
-    import yaml
-
     if isinstance(answers, str | os.PathLike):
         path = Path(os.fspath(answers))
         try:
-            document = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as err:
-            raise AnswersFileError(f"{path}: cannot read it: {err.strerror or err}") from None
-        except UnicodeDecodeError:
-            raise AnswersFileError(f"{path}: not UTF-8 text") from None
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-            problem = getattr(err, "problem", None) or "not YAML"
-            raise AnswersFileError(f"{where}: {problem}") from None
+            text = read_text(path)
+        except InputFileError as err:
+            raise AnswersFileError(f"{err.where}: cannot read it: {err.problem}") from None
+        try:
+            document = load_yaml(text, shown_path(path))
+        except InputFileError as err:
+            raise AnswersFileError(str(err)) from None
         return pins_of(document, str(path))
     return pins_of(answers)
 
@@ -95,7 +94,6 @@ def attachment_values(wf: m.Workflow, given: Mapping[str, Any] | None) -> dict[s
             cannot be read, or one whose type ``accept_mime`` does not allow.
     """
     import fnmatch
-    import hashlib
     import mimetypes
 
     given = dict(given or {})
@@ -111,9 +109,9 @@ def attachment_values(wf: m.Workflow, given: Mapping[str, Any] | None) -> dict[s
             continue
         path = Path(os.fspath(given[name])).expanduser().resolve()
         try:
-            data = path.read_bytes()
-        except OSError as err:
-            raise VarsError(f"attachment '{name}': cannot read {path}: {err.strerror}") from None
+            size, sha256 = file_digest(path)
+        except InputFileError as err:
+            raise VarsError(f"attachment '{name}': cannot read {err}") from None
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         if spec.kind == "image" and not mime.startswith("image/"):
             raise VarsError(
@@ -126,8 +124,8 @@ def attachment_values(wf: m.Workflow, given: Mapping[str, Any] | None) -> dict[s
                 f" {', '.join(spec.accept_mime)}"
             )
         out[name] = {
-            "path": str(path), "url": path.as_uri(), "mime": mime, "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(), "kind": spec.kind,
+            "path": str(path), "url": path.as_uri(), "mime": mime, "size": size,
+            "sha256": sha256, "kind": spec.kind,
         }  # fmt: skip
     return out
 

@@ -14,9 +14,10 @@ import re
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from iterion_nb.errors import StoreError
+from iterion_nb.safe_input import shown_path
 
 if TYPE_CHECKING:
     from iterion_nb.runtime.ports import Store
@@ -49,10 +50,9 @@ def store_url(path: str | os.PathLike[str] | None = None) -> str | None:
 
 def mask_url(url: str) -> str:
     """``url`` with its password (in the user part or a query parameter) shown as ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return re.sub(r"//[^/@]*@", "//***@", url)
+    if _url_problem(url) is not None:  # malformed: mask up to its last "@", whatever it holds
+        return _USERINFO_ANYWHERE.sub(r"\g<head>***@", url)
+    parts = urlsplit(url)
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, _, hosts = netloc.rpartition("@")
@@ -67,6 +67,94 @@ def mask_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+#: A URL's user part in a malformed URL: up to its last ``@``, wherever that is.
+_USERINFO_ANYWHERE = re.compile(r"(?P<head>^[A-Za-z][A-Za-z0-9+.\-]*://).*@", re.DOTALL)
+#: A URL's password in running text: ``scheme://user:PASSWORD@``.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:)[^\s/]*@")
+#: A password given as a parameter, in a URL's query or a libpq connection string:
+#: ``password=…`` up to ``&`` or a space, or quoted ``password='…'``.
+_PARAM_PASSWORD = re.compile(
+    r"(?P<head>\b(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&'\"]*)", re.IGNORECASE
+)
+
+
+def mask_secrets(text: str, password: str | None = None) -> str:
+    """``text`` (a message, say) with every password it shows replaced by ``***``.
+
+    A password is masked where it stands — the ``user:PASSWORD@`` of a URL,
+    a ``password=`` parameter of a URL or connection string — and
+    ``password`` (the store's own, see :func:`url_password`) also wherever it
+    appears as a whole word, never inside another word: a password ``p``
+    leaves ``postgresql`` as it is.
+    """
+    text = _PARAM_PASSWORD.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***@", text))
+    if password:
+        text = re.sub(rf"(?<!\w){re.escape(password)}(?!\w)", "***", text)
+    return text
+
+
+def url_password(url: str) -> str | None:
+    """The password in a URL (its user part, else a ``password`` parameter), if any."""
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            return unquote(parts.password)
+    except ValueError:
+        return None
+    found = [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "password"]
+    return found[-1] if found and found[-1] else None
+
+
+def check_store_spec(spec: str | os.PathLike[str]) -> None:
+    """Refuse a store name that cannot name a store, before anything is opened or created.
+
+    Raises:
+        StoreError: A URL that is malformed (its host or port cannot be
+            parsed; the message masks its password), or a path that is not
+            valid UTF-8 (DuckDB cannot open it).
+    """
+    url = store_url(spec)
+    if url is not None:
+        _check_url(url)
+        return
+    text = os.fspath(spec)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = shown_path(text)
+        raise StoreError(
+            f"the store path {shown} is not valid UTF-8 text: DuckDB cannot open it;"
+            " name the store with a UTF-8 path"
+        ) from None
+
+
+def _check_url(url: str) -> None:
+    """Refuse a URL Python's parser (and so libpq's caller) cannot take apart."""
+    problem = _url_problem(url)
+    if problem is not None:
+        raise StoreError(
+            f"the store URL {mask_url(url)} is malformed: {problem}"
+            " (expected postgresql://[user[:password]@]host[:port]/database; a password"
+            " with @, :, /, ? or # in it must be percent-encoded)"
+        )
+
+
+def _url_problem(url: str) -> str | None:
+    """What is wrong with ``url``, in words that never quote its user part."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as err:  # brackets that hold no address, characters not allowed
+        said = str(err)
+        return "its host part holds characters not allowed" if "netloc" in said else said
+    if "@" in parts.path:  # the user part holds a "/" (a password cut in two)
+        return "an '@' after the host"
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:  # (its message quotes the port: maybe a piece of a password)
+        return "its port is not a number from 0 to 65535"
+    return None
+
+
 def resolve_store_path(path: str | os.PathLike[str] | None = None) -> Path:
     """The DuckDB file to use.
 
@@ -76,7 +164,8 @@ def resolve_store_path(path: str | os.PathLike[str] | None = None) -> Path:
 
     Raises:
         StoreError: The store is named by a URL, not a path (open it with
-            :func:`~iterion_nb.store.remote.open_store`).
+            :func:`~iterion_nb.store.remote.open_store`), or by a path that
+            is not valid UTF-8.
     """
     url = store_url(path)
     if url is not None:
@@ -84,6 +173,7 @@ def resolve_store_path(path: str | os.PathLike[str] | None = None) -> Path:
             f"the store {mask_url(url)} is a URL, not a DuckDB path: open it with open_store()"
         )
     target = _chosen(path)
+    check_store_spec(target)
     if target.suffix != ".duckdb":
         target = target / DEFAULT_FILE
     return target.absolute()
@@ -153,6 +243,7 @@ def open_url_store(url: str, **options: Any) -> Store:
         )
     if not url.split(":", 1)[1].startswith("//"):
         raise StoreError(f"cannot open the store {shown}: expected {scheme}://[user@]host/database")
+    _check_url(url)
     try:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401

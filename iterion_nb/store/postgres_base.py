@@ -36,7 +36,7 @@ from psycopg import AsyncConnection
 from iterion_nb.errors import NotFoundError, StoreError
 from iterion_nb.runtime.doorbell import Doorbell
 from iterion_nb.runtime.records import encode_json
-from iterion_nb.store.location import mask_url
+from iterion_nb.store.location import mask_secrets, mask_url, url_password
 from iterion_nb.store.postgres_schema import channel_for
 from iterion_nb.store.worker import EventBuffer
 
@@ -222,7 +222,7 @@ class PgBase:
         self.doorbell = doorbell
         self._clock = clock
         self._new_id = new_id
-        self._password = _password_of(url)
+        self._password = url_password(url)
         self._thread = LoopThread(f"iterion-pg:{schema}")
         self._pool: psycopg_pool.AsyncConnectionPool[Conn] | None = None
         self._buffer = Batch(flush_rows, flush_interval)
@@ -252,7 +252,9 @@ class PgBase:
 
     # -- running work on the store's loop --------------------------------
     def _scrub(self, text: str) -> str:
-        return text.replace(self._password, "***") if self._password else text
+        # where a password stands, or as a whole word: replacing its text wherever it
+        # occurs would mangle every word that contains it
+        return mask_secrets(text, self._password)
 
     def _failure(self, err: BaseException | str) -> StoreError:
         return StoreError(self._scrub(f"the run store {self.display_url} failed: {err}"))
@@ -585,17 +587,3 @@ class PgBase:
         )
         if await cur.fetchone() is None:
             raise NotFoundError("run", run_id)
-
-
-def _password_of(url: str) -> str | None:
-    """The password in a URL (user part or query), to scrub it from messages."""
-    from urllib.parse import parse_qs, urlsplit
-
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return None
-    if parts.password:
-        return parts.password
-    found = parse_qs(parts.query).get("password")
-    return found[0] if found else None

@@ -147,8 +147,13 @@ async def test_cli_report_on_the_file_and_through_a_holder(
     assert done.stdout.startswith(f"# Run {run.id} · release_notes · finished")
     bad = await asyncio.to_thread(cli, "report", "nope", "--store", store)
     assert (bad.returncode, bad.stderr) == (1, "iterion-nb: no run 'nope'\n")
+    (tmp_path / "afile").write_text("")  # a missing folder is made; one under a file cannot be
+    made = await asyncio.to_thread(
+        cli, "report", run.id, "-o", str(tmp_path / "new" / "r.md"), "--store", store
+    )
+    assert made.returncode == 0 and (tmp_path / "new" / "r.md").read_text().startswith("# Run ")
     bad = await asyncio.to_thread(
-        cli, "report", run.id, "-o", str(tmp_path / "no" / "r.md"), "--store", store
+        cli, "report", run.id, "-o", str(tmp_path / "afile" / "r.md"), "--store", store
     )
     assert bad.returncode == 1
     assert bad.stderr.startswith("iterion-nb: cannot write the report to ")

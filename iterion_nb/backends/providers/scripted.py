@@ -41,6 +41,7 @@ from iterion_nb.backends.providers.base import (
     ProviderResponse,
     TransientProviderError,
 )
+from iterion_nb.safe_input import InputFileError, load_json, load_yaml, read_text, shown_path
 
 
 class ScenarioError(Exception):
@@ -48,20 +49,32 @@ class ScenarioError(Exception):
 
 
 def load_scenario(source: Mapping[str, Any] | str | Path) -> dict[str, Any]:
-    """A scenario from a dict, or from a ``.json`` / ``.yaml`` file."""
+    """A scenario from a dict, or from a ``.json`` / ``.yaml`` file.
+
+    A file is read as :mod:`iterion_nb.safe_input` reads what a person names:
+    a regular file of UTF-8 text, of bounded size, nesting and alias expansion.
+
+    Raises:
+        ScenarioError: The file cannot be read or parsed (the message names it
+            and, where there is one, the line and column), or the data is not
+            a scenario.
+    """
+    where = ""
     if isinstance(source, Mapping):
         data: Any = dict(source)
     else:
         path = Path(source)
-        text = path.read_text(encoding="utf-8")
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
+        where = f"{shown_path(path)}: "
+        try:
+            text = read_text(path)
+            if path.suffix in (".yaml", ".yml"):
+                data = load_yaml(text, shown_path(path))
+            else:
+                data = load_json(text, shown_path(path))
+        except InputFileError as err:
+            raise ScenarioError(str(err)) from None
     if not isinstance(data, dict) or not isinstance(data.get("nodes", {}), dict):
-        raise ScenarioError("a scenario is an object with a 'nodes' mapping")
+        raise ScenarioError(f"{where}a scenario is an object with a 'nodes' mapping")
     data.setdefault("nodes", {})
     return data
 

@@ -1,0 +1,406 @@
+"""Hostile input to the ``iterion-nb`` command: a message and an exit code, never a traceback.
+
+Each case runs the installed command as a real subprocess, with a time bound
+(a file that would hang the command or read without end must be refused
+quickly), and checks what a person sees: the exit code, the message naming
+the file and the problem, nothing left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iterion_nb.cli import runs as cli_runs
+from iterion_nb.cli.inputs import plain
+from iterion_nb.ir import compile_file
+from iterion_nb.runtime.records import Interaction, Run
+from iterion_nb.safe_input import MAX_DEPTH, InputFileError, load_json, load_yaml
+from iterion_nb.session import Session
+from iterion_nb.store.duckdb_store import open_duckdb_store
+from iterion_nb.store.location import mask_secrets, mask_url, url_password
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+MINIMAL = EXAMPLES / "minimal.iter"
+SCENARIO = EXAMPLES / "minimal.scenario.yaml"
+CLI = Path(sys.executable).parent / ("iterion-nb.exe" if os.name == "nt" else "iterion-nb")
+#: What a refused input may take at most (the command starts in well under a second).
+QUICK = 15
+
+BOMB = "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n"
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+)
+BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + BOMB
+DEEP = "nodes: " + "[" * 5000 + "]" * 5000 + "\n"
+
+
+def cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The command, run to its end within :data:`QUICK` seconds (a hang fails the test)."""
+    environ = {k: v for k, v in os.environ.items() if k != "ITERION_NB_STORE"} | (env or {})
+    return subprocess.run(
+        [str(CLI), *args], cwd=cwd, capture_output=True, text=True, timeout=QUICK, env=environ,
+        check=False,
+    )  # fmt: skip
+
+
+def refused(proc: subprocess.CompletedProcess[str], *said: str, code: int = 2) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    for text in said:
+        assert text in proc.stderr, proc.stderr
+
+
+def nothing_but(directory: Path, *names: str) -> None:
+    """Nothing was created in ``directory`` besides ``names`` (no store, no stray folder)."""
+    assert sorted(os.listdir(os.fsencode(directory))) == sorted(n.encode() for n in names)
+
+
+# -- 1. --scenario -----------------------------------------------------------------
+SCENARIOS: dict[str, tuple[bytes | None, str]] = {
+    "not UTF-8": (b"nodes:\n  poet: \xff\xfe\n", "bad.yaml:2:9: not UTF-8 text (byte 0xff"),
+    "malformed YAML": (b"nodes: [\n", "bad.yaml:2:1: expected the node content"),
+    "not a mapping": (b"- 1\n- 2\n", "bad.yaml: a scenario is an object with a 'nodes' mapping"),
+    "deeply nested": (DEEP.encode(), "bad.yaml:1:107: nested more than 100 levels deep"),
+    "alias bomb": (BOMB.encode(), "bad.yaml: its aliases expand it past"),
+    "a directory": (None, "bad.yaml: is a directory, not a file"),
+}
+
+
+@pytest.mark.parametrize("case", list(SCENARIOS))
+def test_a_bad_scenario_is_a_message_and_nothing_is_created(case: str, tmp_path: Path) -> None:
+    data, said = SCENARIOS[case]
+    if data is None:
+        (tmp_path / "bad.yaml").mkdir()
+    else:
+        (tmp_path / "bad.yaml").write_bytes(data)
+    began = time.monotonic()
+    proc = cli("run", str(MINIMAL), "--scenario", "bad.yaml", cwd=tmp_path)
+    assert time.monotonic() - began < 10
+    refused(proc, f"iterion-nb: scenario: {said}")
+    nothing_but(tmp_path, "bad.yaml")  # no .iterion store made for a run that never started
+
+
+def test_a_bad_json_scenario_too(tmp_path: Path) -> None:
+    (tmp_path / "s.json").write_text("[" * 5000 + "]" * 5000)
+    refused(cli("run", str(MINIMAL), "--scenario", "s.json", cwd=tmp_path),
+            "scenario: s.json: nested more than 100 levels deep")  # fmt: skip
+    (tmp_path / "s.json").write_text('{"nodes": [}')
+    refused(cli("run", str(MINIMAL), "--scenario", "s.json", cwd=tmp_path),
+            "scenario: s.json:1:12: Expecting value")  # fmt: skip
+    nothing_but(tmp_path, "s.json")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A store holding one finished run of the minimal example: (its directory, the run id)."""
+    where = tmp_path_factory.mktemp("store")
+    done = cli("run", str(MINIMAL), "--scenario", str(SCENARIO), "--json", cwd=where)
+    assert done.returncode == 0, done.stderr
+    return where, json.loads(done.stdout)["id"]
+
+
+def test_resume_refuses_a_bad_scenario_too(finished: tuple[Path, str], tmp_path: Path) -> None:
+    where, run_id = finished
+    (tmp_path / "bad.yaml").write_bytes(BOMB.encode())
+    refused(cli("resume", run_id, "--scenario", str(tmp_path / "bad.yaml"), cwd=where),
+            "bad.yaml: its aliases expand it past")  # fmt: skip
+    (tmp_path / "dir.yaml").mkdir()
+    refused(cli("resume", run_id, "--scenario", str(tmp_path / "dir.yaml"), cwd=where),
+            "dir.yaml: is a directory, not a file")  # fmt: skip
+    refused(cli("resume", run_id, "--scenario", str(tmp_path / "nope.yaml"), cwd=where),
+            "nope.yaml: no such file")  # fmt: skip
+
+
+# -- 2. --answers ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("answers: " + "[" * 5000 + "]" * 5000, "a.yaml:1:109: nested more than 100 levels deep"),
+        (BOMB, "a.yaml: its aliases expand it past"),
+        ("answers: [\n", "a.yaml:2:1: expected the node content"),
+    ],
+    ids=["deep", "alias bomb", "malformed"],
+)
+def test_a_bad_answers_file_is_a_message(text: str, said: str, tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(text)
+    proc = cli("run", str(MINIMAL), "--scenario", str(SCENARIO), "--answers", "a.yaml",
+               cwd=tmp_path)  # fmt: skip
+    refused(proc, f"iterion-nb: {said}")
+    nothing_but(tmp_path, "a.yaml")
+
+
+# -- 3. malformed store URLs ---------------------------------------------------------
+URLS = {
+    "postgresql://[::1": "Invalid IPv6 URL",
+    "postgresql://u:s3cret@[zz]/db": "'zz' does not appear to be an IPv4 or IPv6 address",
+    "postgresql://u:s3cret@host:99999/db": "its port is not a number from 0 to 65535",
+    "postgresql://u:s3cr/et@host/db": "an '@' after the host",
+}
+
+
+@pytest.mark.parametrize("url", list(URLS))
+def test_a_malformed_store_url_is_named_with_its_password_masked(url: str, tmp_path: Path) -> None:
+    for args, env in (
+        (["runs", "list", "--store", url], None),
+        (["run", str(MINIMAL), "--scenario", str(SCENARIO), "--store", url], None),
+        (["runs", "list"], {"ITERION_NB_STORE": url}),
+        (["report", "r1"], {"ITERION_NB_STORE": url}),
+        (["store", "copy", url, "x.duckdb"], None),
+    ):
+        proc = cli(*args, cwd=tmp_path, env=env)
+        refused(proc, "is malformed", URLS[url])
+        assert "s3cr" not in proc.stderr
+        if env is not None:
+            assert "iterion-nb: ITERION_NB_STORE: the store URL " in proc.stderr
+    nothing_but(tmp_path)
+
+
+# -- 4. a store path that is not UTF-8 -------------------------------------------------
+@pytest.mark.skipif(sys.platform != "linux", reason="paths of arbitrary bytes")
+def test_a_store_path_that_is_not_utf8_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    store = os.fsdecode(os.fsencode(tmp_path) + b"/x\xff/s.duckdb")
+    expected = "is not valid UTF-8 text: DuckDB cannot open it"
+    refused(cli("run", str(MINIMAL), "--scenario", str(SCENARIO), "--store", store,
+                cwd=tmp_path), expected, "/x\\xff/s.duckdb")  # fmt: skip
+    refused(cli("run", str(MINIMAL), "--scenario", str(SCENARIO), cwd=tmp_path,
+                env={"ITERION_NB_STORE": store}), "ITERION_NB_STORE: the store path")  # fmt: skip
+    refused(cli("runs", "list", "--store", store, cwd=tmp_path), expected)
+    refused(cli("store", "copy", store, "y.duckdb", cwd=tmp_path), expected)
+    nothing_but(tmp_path)
+
+
+# -- 5. devices, FIFOs, files too large ---------------------------------------------------
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["validate", "/dev/zero"],
+        ["validate", "/dev/urandom"],
+        ["graph", "/dev/zero"],
+        ["run", "/dev/zero", "--scenario", str(SCENARIO)],
+        ["run", str(MINIMAL), "--scenario", "/dev/zero"],
+        ["run", str(MINIMAL), "--scenario", str(SCENARIO), "--answers", "/dev/urandom"],
+    ],
+    ids=lambda a: " ".join(Path(x).name for x in a),
+)
+def test_a_device_is_refused_at_once(args: list[str], tmp_path: Path) -> None:
+    refused(cli(*args, cwd=tmp_path), "is a character device, not a file")
+    nothing_but(tmp_path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_without_a_writer_is_refused_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    for args in (
+        ["validate", "pipe"],
+        ["run", "pipe", "--scenario", str(SCENARIO)],
+        ["run", str(MINIMAL), "--scenario", "pipe"],
+        ["run", str(MINIMAL), "--scenario", str(SCENARIO), "--answers", "pipe"],
+    ):
+        refused(cli(*args, cwd=tmp_path), "pipe: ", "is a named pipe (FIFO), not a file")
+    nothing_but(tmp_path, "pipe")
+
+
+def test_an_attachment_must_be_a_regular_file(tmp_path: Path) -> None:
+    workflow = ROOT / "tests" / "fixtures" / "upstream" / "attachments.bot"
+    (tmp_path / "sc.yaml").write_text("nodes:\n  reviewer: [{text: ok}]\n")
+    (tmp_path / "folder").mkdir()
+    proc = cli("run", str(workflow), "--scenario", "sc.yaml", "--attach", "spec=folder",
+               cwd=tmp_path)  # fmt: skip
+    refused(proc, "attachment 'spec': folder: is a directory, not a file")
+    nothing_but(tmp_path, "sc.yaml", "folder")
+
+
+def test_a_file_over_the_limit_is_refused_unread(tmp_path: Path) -> None:
+    big = tmp_path / "big.iter"
+    with big.open("wb") as handle:
+        handle.truncate(64 * 1024 * 1024)  # sparse: nothing to read, had the size not been checked
+    began = time.monotonic()
+    proc = cli("validate", "big.iter", cwd=tmp_path)
+    refused(proc, "big.iter: too large: the limit is 4,194,304 bytes and the file is 67,108,864")
+    assert time.monotonic() - began < 10
+    (tmp_path / "s.yaml").write_bytes(b"# " + b"x" * (5 * 1024 * 1024) + b"\n")
+    refused(cli("run", str(MINIMAL), "--scenario", "s.yaml", cwd=tmp_path), "s.yaml: too large")
+
+
+# -- 6. report -o into a new directory ---------------------------------------------------
+def test_report_creates_the_directories_on_the_way(finished: tuple[Path, str]) -> None:
+    where, run_id = finished
+    target = where / "reports" / "2026" / "run.md"
+    done = cli("report", run_id, "-o", str(target), cwd=where)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"wrote the md report of run {run_id} to {target}\n"
+    assert target.read_text().startswith(f"# Run {run_id}")
+    (where / "a-file").write_text("")
+    refused(cli("report", run_id, "-o", str(where / "a-file" / "run.md"), cwd=where),
+            "cannot write the report to", "a part of its directory is a file", code=1)  # fmt: skip
+
+
+# -- 7. passwords masked where they stand, not everywhere -----------------------------------
+def test_a_password_is_masked_where_it_stands_and_nowhere_else() -> None:
+    url = "postgresql://u:p@db.example/postgres?sslmode=require"
+    text = f"the run store {url} failed: connection to postgresql server failed"
+    masked = mask_secrets(text, url_password(url))
+    assert masked == (
+        "the run store postgresql://u:***@db.example/postgres?sslmode=require failed:"
+        " connection to postgresql server failed"
+    )
+    assert mask_url(url) == "postgresql://u:***@db.example/postgres?sslmode=require"
+    conninfo = "host=h password='a b\\'c' user=u dbname=postgres sslpassword=zz"
+    assert mask_secrets(conninfo) == "host=h password=*** user=u dbname=postgres sslpassword=***"
+    assert mask_secrets("postgresql://h/db?user=u&password=hunter2&x=1") == (
+        "postgresql://h/db?user=u&password=***&x=1"
+    )
+    # the store's own password, as a whole word anywhere (never inside another word)
+    assert mask_secrets('bad token "hunter2" in hunter22', "hunter2") == (
+        'bad token "***" in hunter22'
+    )
+    assert mask_url("postgresql://u:s3/cr@et@[zz]/db") == "postgresql://***@[zz]/db"
+    assert mask_url("postgresql://u:s3?cr@et@h/db") == "postgresql://***@h/db"
+
+
+def test_the_postgres_store_scrubs_only_the_password() -> None:
+    pytest.importorskip("psycopg")
+    from iterion_nb.store.postgres_base import PgBase
+
+    store = PgBase.__new__(PgBase)  # no server: only the scrubbing is tested
+    store._password = url_password("postgresql://u:p@h/db")
+    assert store._scrub("postgresql://u:p@h/db: p is wrong for postgresql") == (
+        "postgresql://u:***@h/db: *** is wrong for postgresql"
+    )
+
+
+# -- 8. runs list --limit ----------------------------------------------------------------
+@pytest.mark.parametrize("limit", ["-5", "0", "99999999999", "ten"])
+def test_a_limit_out_of_range_is_a_usage_error(limit: str, finished: tuple[Path, str]) -> None:
+    where, _ = finished
+    refused(cli("runs", "list", "--limit", limit, cwd=where),
+            "argument --limit: must be a whole number from 1 to 10,000")  # fmt: skip
+
+
+def test_a_limit_in_range_lists(finished: tuple[Path, str]) -> None:
+    where, run_id = finished
+    done = cli("runs", "list", "--limit", "1", cwd=where)
+    assert done.returncode == 0 and done.stdout.startswith(run_id), done.stderr
+
+
+# -- 9. control characters from the store are shown escaped ----------------------------------
+EVIL = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
+
+
+async def test_runs_show_escapes_what_the_store_holds(tmp_path: Path) -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    store = open_duckdb_store(tmp_path / "s.duckdb")
+    try:
+        await store.create_run(Run(
+            id="r1", workflow=f"w{EVIL}", source_hash="h", status="paused_waiting_human",
+            created_at=at, updated_at=at, source="workflow w:\n", vars={},
+        ))  # fmt: skip
+        await store.add_interaction(Interaction(
+            id="q1", run_id="r1", node_id="gatherer", kind="async", requested_at=at,
+            questions=(f"Tone?{EVIL}\nforged: line",),
+        ))  # fmt: skip
+        await store.answer("q1", f"formal{EVIL}", answered_by=f"ada{EVIL}\nanswered x by root")
+    finally:
+        await store.close()
+    for args in (["runs", "show", "r1"], ["runs", "answers", "r1"], ["runs", "list"]):
+        proc = await asyncio.to_thread(cli, *args, "--store", "s.duckdb", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        shown = proc.stdout
+        for char in "\x1b\x07\x9b\u202e":
+            assert char not in shown, (args, shown)
+        assert "\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m\\u202e" in shown
+    lines = proc.stdout.splitlines()
+    show = await asyncio.to_thread(cli, "runs", "show", "r1", "--store", "s.duckdb", cwd=tmp_path)
+    assert not [
+        line for line in show.stdout.splitlines() if line.startswith(("forged", "answered"))
+    ]
+    assert "by ada\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m\\u202e\\nanswered x by root at" in show.stdout
+    assert len(lines) == 1  # runs list: one run, one line
+    data = await asyncio.to_thread(cli, "runs", "show", "r1", "--store", "s.duckdb", "--json",
+                                   cwd=tmp_path)  # fmt: skip
+    assert json.loads(data.stdout)["interactions"][0]["answered_by"].startswith(f"ada{EVIL}")
+
+
+def test_plain_escapes_controls_and_keeps_the_rest() -> None:
+    assert plain("café 🙂 ok") == "café 🙂 ok"
+    assert plain("a\tb\nc\rd\x00\x7f\x85\u2066") == "a\\tb\\nc\\rd\\x00\\x7f\\x85\\u2066"
+
+
+# -- 10. Ctrl-C as the run is being recorded ----------------------------------------------
+def test_the_stop_message_names_the_run_and_the_resume() -> None:
+    cli_runs._Stopped.clear()
+    begun = cli_runs._interrupted("abc123", None, cluster=False)
+    assert begun == (
+        "iterion-nb: run abc123 cancelled (Ctrl-C); `iterion-nb resume abc123` goes on from"
+        " its checkpoint\n"
+    )
+    early = cli_runs._interrupted("abc123", "postgresql://u:pw@h/db", cluster=False, begun=False)
+    assert early == (
+        "iterion-nb: run abc123 stopped (Ctrl-C) as it started; `iterion-nb resume abc123"
+        " --store postgresql://u:***@h/db` goes on from its checkpoint\n"
+    )
+
+
+async def test_ctrl_c_right_after_the_run_is_recorded_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = Session(tmp_path / "s.duckdb", serve=False, scenario=str(SCENARIO))
+    recorded: list[str] = []
+    create_run = session.store.create_run
+
+    async def recorded_then_stopped(run: Any, **kwargs: Any) -> Any:
+        await create_run(run, **kwargs)  # committed: then Ctrl-C lands, before the run executes
+        recorded.append(run.id)
+        raise asyncio.CancelledError
+
+    session.store.create_run = recorded_then_stopped  # type: ignore[method-assign]
+    args = argparse.Namespace(
+        command="run", var=[], attach=[], answers_from=None, preset=None, store=None
+    )
+    inputs = cli_runs.RunInputs(workflow=compile_file(MINIMAL))
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await cli_runs._begin(session, args, inputs)
+        (run_id,) = recorded
+        said = capsys.readouterr().err
+        assert said == (
+            f"iterion-nb: run {run_id} stopped (Ctrl-C) as it started; `iterion-nb resume"
+            f" {run_id}` goes on from its checkpoint\n"
+        )
+        run = await session.store.get_run(run_id)
+        assert run.lease is None  # let go at once: resumable now, not once a lease lapses
+        assert [r.status for r in await session.store.list_runs()] == ["interrupted"]
+    finally:
+        await session.close()
+
+
+# -- the safe reader's bounds ---------------------------------------------------------------
+def test_yaml_and_json_within_the_bounds_load_and_past_them_are_refused() -> None:
+    for load in (load_yaml, load_json):
+        assert load("[" * MAX_DEPTH + "1" + "]" * MAX_DEPTH, "x") is not None
+        with pytest.raises(InputFileError, match="nested more than 100 levels deep"):
+            load("[" * (MAX_DEPTH + 1) + "1" + "]" * (MAX_DEPTH + 1), "x")
+    merged = load_yaml("a: &a {x: 1}\nb: {<<: *a, y: 2}\nc: [*a, *a]\n", "m")
+    assert merged == {"a": {"x": 1}, "b": {"x": 1, "y": 2}, "c": [{"x": 1}, {"x": 1}]}
+    with pytest.raises(InputFileError, match=r"^loop:1: an alias that contains itself$"):
+        load_yaml("a: &a [1, *a]\n", "loop")
+    wide = 'a: &a "' + "x" * 1_000_000 + '"\nb: [' + ", ".join(["*a"] * 100) + "]\n"
+    with pytest.raises(InputFileError, match="its aliases expand it past"):
+        load_yaml(wide, "wide")  # few values, but each a megabyte
+    with pytest.raises(InputFileError, match=r"^multi:2:1: but found another document$"):
+        load_yaml("a: 1\n---\nb: 2\n", "multi")
