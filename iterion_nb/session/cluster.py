@@ -162,7 +162,7 @@ def _listens(address: str, host: str, port: int) -> None:
     """Refuse at once an address where nothing accepts a TCP connection.
 
     Raises:
-        IterionError: The connection is refused, or the host cannot be found.
+        IterionError: The connection is refused or fails, or the host cannot be found.
     """
     import socket
 
@@ -174,12 +174,13 @@ def _listens(address: str, host: str, port: int) -> None:
             f"no Dask scheduler at {address}: nothing listens there (start one with"
             f" `dask scheduler --port {port}`)"
         ) from None
-    except socket.gaierror as err:
-        raise IterionError(f"cannot reach the Dask scheduler at {address}: {err}") from None
     except TimeoutError:
         raise IterionError(
             f"cannot reach the Dask scheduler at {address}: no reply within {CONNECT_TIMEOUT:.0f} s"
         ) from None
+    except OSError as err:  # no such host, no route, reset ...
+        why = err.strerror or str(err)
+        raise IterionError(f"cannot reach the Dask scheduler at {address}: {why}") from None
 
 
 class DaskExecutor:
@@ -193,6 +194,7 @@ class DaskExecutor:
         self.cluster = cluster
         self.store_spec = store_spec
         self._client: Any = None
+        self._connecting = threading.Lock()
 
     @property
     def client(self) -> Any:
@@ -205,15 +207,32 @@ class DaskExecutor:
         Raises:
             IterionError: Dask is not installed, or no scheduler answers there.
         """
-        if self._client is None:
-            client = _client(self.cluster)
-            from iterion_nb.session.watcher import RunWatcher
+        with self._connecting:
+            if self._client is None:
+                client = _client(self.cluster)
+                from iterion_nb.session.watcher import RunWatcher
 
-            # one watcher per store on every worker (registering it again changes nothing);
-            # Dask logs plugin names, and its dashboard shows those logs: no password in it
-            client.register_plugin(RunWatcher(self.store_spec), name=plugin_name(self.store_spec))
-            self._client = client
-        return self._client
+                # one watcher per store on every worker (registering it again changes
+                # nothing); Dask logs plugin names, and its dashboard shows those logs:
+                # no password in it
+                try:
+                    client.register_plugin(
+                        RunWatcher(self.store_spec), name=plugin_name(self.store_spec)
+                    )
+                except Exception as err:
+                    if client is not self.cluster:
+                        client.close()
+                    raise IterionError(
+                        f"cannot use the Dask scheduler at {self.cluster}: {err}"
+                    ) from None
+                self._client = client
+            return self._client
+
+    async def connected(self) -> Any:
+        """:meth:`connect` in a thread: the caller's event loop (a kernel's) goes on meanwhile."""
+        if self._client is not None:
+            return self._client
+        return await asyncio.to_thread(self.connect)
 
     def has_workers(self) -> bool:
         """Whether any worker is connected to the scheduler now."""

@@ -219,7 +219,7 @@ class Session:
         self.serve()
         if self.executor is not None:  # held for the cluster until a worker takes it over
             check_tools_reach_workers(wf)
-            self.executor.connect()  # no scheduler answers: nothing is recorded
+            await self.executor.connected()  # no scheduler answers: nothing is recorded
             queue = self.executor.queue_claimant()
             await self.store.create_run(run, owner=queue)
             self.executor.submit(run.id, queue.id)
@@ -370,7 +370,7 @@ class Session:
         """Take the run for the cluster (atomically), record the answers, queue it."""
         assert self.executor is not None
         check_tools_reach_workers(wf)
-        self.executor.connect()  # no scheduler answers: the run is not taken
+        await self.executor.connected()  # no scheduler answers: the run is not taken
         queue = self.executor.queue_claimant()
         run = await self.store.acquire_run(run_id, queue)
         for iid, answer in (answers or {}).items():
@@ -394,7 +394,7 @@ class Session:
         """
         if self.executor is not None:
             try:
-                self.executor.connect()
+                await self.executor.connected()
             except IterionError as err:
                 raise ResumeError(f"the run was not resumed: {err}") from None
         await self.resume(run_id, answered_by=answered_by)

@@ -476,6 +476,7 @@ async def test_a_tool_defined_in_the_notebook_is_refused_for_the_cluster_at_once
         return len(text.split())
 
     word_count.__module__ = "__main__"  # as a function of a notebook cell is
+    before = REGISTRY.get("word_count")  # another test module's, put back after
     it.tool(word_count)
     flow = 'agent a:\n  model: "scripted"\n  tools: [word_count, read_file]\n  user: "Count."\n\n'
     flow += "workflow w:\n  entry: a\n  a -> done\n"
@@ -484,6 +485,8 @@ async def test_a_tool_defined_in_the_notebook_is_refused_for_the_cluster_at_once
             await session.start(it.compile(flow))
     finally:
         REGISTRY.pop("word_count", None)
+        if before is not None:
+            REGISTRY["word_count"] = before
     assert str(refused.value).startswith(
         "tool 'word_count' is defined in this notebook or script, and a cluster run executes"
         " on the workers, where it does not exist"
