@@ -1,9 +1,11 @@
 """Reading the files a person names (a workflow, a scenario, pinned answers), safely.
 
 Whatever the path points at, reading it never hangs and never reads without
-end: only a regular file is read (a directory, a device such as
-``/dev/zero``, a FIFO with no writer or a socket is refused before a byte is
-read), and never more than a limit. YAML is parsed with bounds too: nesting
+end: a regular file is read, and so is a pipe (``cmd | iterion-nb validate
+/dev/stdin``, ``<(cmd)``, a named FIFO) as long as something comes through it
+within :data:`PIPE_IDLE_SECONDS`; a directory, a device such as
+``/dev/zero`` or a socket is refused before a byte is read; never more than
+a limit is read. YAML is parsed with bounds too: nesting
 deeper than :data:`MAX_DEPTH`, and aliases that would expand the document
 past :data:`MAX_EXPANDED` (a "billion laughs"), are refused before the
 document is built. Every refusal is an :class:`InputFileError` whose message
@@ -34,6 +36,9 @@ MAX_DEPTH = 100
 MAX_EXPANDED = 4 * MAX_INPUT_BYTES
 
 TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"
+
+#: How long reading a pipe waits for its next bytes (or its end) before giving up.
+PIPE_IDLE_SECONDS = 30.0
 
 _READ_CHUNK = 1024 * 1024
 _KINDS = (
@@ -81,19 +86,24 @@ def _refuse_kind(shown: str, mode: int) -> None:
         raise InputFileError(shown, f"is {kind}, not a file")
 
 
+def _refuse_unless_pipe(shown: str, mode: int, pipes: bool) -> None:
+    if not (pipes and stat.S_ISFIFO(mode)):
+        _refuse_kind(shown, mode)
+
+
 @contextmanager
-def open_regular(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
-    """Open a regular file for reading; yields its descriptor and its size.
+def open_regular(path: str | os.PathLike[str], *, pipes: bool = False) -> Iterator[tuple[int, int]]:
+    """Open a regular file (or, with ``pipes``, a pipe) for reading; yields its descriptor, size.
 
     A path that is not a regular file is refused without being opened for
-    long: a FIFO is opened without waiting for a writer, then refused.
+    long: a FIFO is opened without waiting for a writer (non-blocking).
 
     Raises:
         InputFileError: No such file, not a regular file, or it cannot be read.
     """
     shown = shown_path(path)
     try:
-        _refuse_kind(shown, os.stat(path).st_mode)
+        _refuse_unless_pipe(shown, os.stat(path).st_mode, pipes)
         flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
         fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
@@ -104,7 +114,7 @@ def open_regular(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
         raise InputFileError(shown, f"cannot read it: {err.strerror or err}") from None
     try:
         info = os.fstat(fd)  # what was opened, should the path have changed meanwhile
-        _refuse_kind(shown, info.st_mode)
+        _refuse_unless_pipe(shown, info.st_mode, pipes)
         yield fd, info.st_size
     finally:
         os.close(fd)
@@ -123,14 +133,20 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int = MAX_INPUT_BYTES) ->
         InputFileError: The file is missing, not a regular file, unreadable or too large.
     """
     shown = shown_path(path)
-    with open_regular(path) as (fd, size):
-        if size > limit:
+    with open_regular(path, pipes=True) as (fd, size):
+        pipe = stat.S_ISFIFO(os.fstat(fd).st_mode)
+        if size > limit and not pipe:
             raise too_large(shown, size, limit)
         chunks: list[bytes] = []
         total = 0
         try:
             while total <= limit:  # limit + 1 bytes at most: one more says it is too large
-                chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
+                if pipe:
+                    _wait_for_bytes(fd, shown)
+                try:
+                    chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
+                except BlockingIOError:
+                    continue  # woken with nothing to read yet
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -140,6 +156,22 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int = MAX_INPUT_BYTES) ->
     if total > limit:
         raise too_large(shown, None, limit)
     return b"".join(chunks)
+
+
+def _wait_for_bytes(fd: int, shown: str) -> None:
+    """Until the pipe ``fd`` has bytes (or its end) to read.
+
+    Raises:
+        InputFileError: Nothing came within :data:`PIPE_IDLE_SECONDS` (a FIFO
+            nobody writes to, a command that hangs).
+    """
+    import select
+
+    ready, _, _ = select.select([fd], [], [], PIPE_IDLE_SECONDS)
+    if not ready:
+        raise InputFileError(
+            shown, f"is a pipe, and nothing came through it within {PIPE_IDLE_SECONDS:.0f} s"
+        )
 
 
 def file_digest(

@@ -148,10 +148,12 @@ def _url_problem(url: str) -> str | None:
         return "its host part holds characters not allowed" if "netloc" in said else said
     if "@" in parts.path:  # the user part holds a "/" (a password cut in two)
         return "an '@' after the host"
-    try:
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError:  # (its message quotes the port: maybe a piece of a password)
-        return "its port is not a number from 0 to 65535"
+    hosts = parts.netloc.rpartition("@")[2]
+    for host in hosts.split(","):  # libpq takes several: host1:5432,host2:5433
+        try:
+            urlsplit(f"//{host}").port  # noqa: B018 - parsing the port is the check
+        except ValueError:  # (its message quotes the port: maybe a piece of a password)
+            return "its port is not a number from 0 to 65535"
     return None
 
 

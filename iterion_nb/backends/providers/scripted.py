@@ -49,7 +49,7 @@ class ScenarioError(Exception):
 
 
 def load_scenario(source: Mapping[str, Any] | str | Path) -> dict[str, Any]:
-    """A scenario from a dict, or from a ``.json`` / ``.yaml`` file.
+    """A scenario from a dict, or from a file: JSON if it ends ``.json``, else YAML.
 
     A file is read as :mod:`iterion_nb.safe_input` reads what a person names:
     a regular file of UTF-8 text, of bounded size, nesting and alias expansion.
@@ -67,10 +67,10 @@ def load_scenario(source: Mapping[str, Any] | str | Path) -> dict[str, Any]:
         where = f"{shown_path(path)}: "
         try:
             text = read_text(path)
-            if path.suffix in (".yaml", ".yml"):
-                data = load_yaml(text, shown_path(path))
-            else:
+            if path.suffix == ".json":
                 data = load_json(text, shown_path(path))
+            else:  # .yaml, .yml, or no telling (a pipe): YAML, which JSON is too
+                data = load_yaml(text, shown_path(path))
         except InputFileError as err:
             raise ScenarioError(str(err)) from None
     if not isinstance(data, dict) or not isinstance(data.get("nodes", {}), dict):
