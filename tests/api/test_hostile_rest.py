@@ -27,6 +27,8 @@ from iterion_nb.api.handlers import routes
 from iterion_nb.api.store_rpc import METHODS
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store.codec import encode
+from tests.jupyter_procs import stop as stop_server
+from tests.jupyter_procs import wait_serving
 
 from .holders import Raw, holder_of, start_holder, stop
 
@@ -701,8 +703,6 @@ def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Raw, dic
     import socket
     import subprocess
     import sys
-    import time
-    import urllib.request
 
     from iterion_nb.runtime.records import Interaction, Run
     from iterion_nb.store import open_duckdb_store
@@ -735,23 +735,11 @@ def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Raw, dic
     url = f"http://127.0.0.1:{port}"
     raw = Raw(HolderInfo(server.pid, url, token))
     try:
-        for _ in range(300):
-            try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("the Jupyter server did not start")
+        wait_serving(url, token, server, 30)
         yield raw, {"Authorization": f"token {token}"}
     finally:
         raw.close()
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
 
 
 def _jupyter_send(

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from tests.jupyter_procs import stop, wait_serving
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("ITERION_NB_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -103,21 +105,10 @@ def serve_lab(root: Path) -> Iterator[dict[str, Any]]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("JupyterLab did not start: " + (root / "lab.log").read_text())
+        wait_serving(url, token, server, 60, said=(root / "lab.log").read_text)
         yield {"url": url, "token": token, "root": root}
     finally:
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
         log.close()
 
 
