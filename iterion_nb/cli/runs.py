@@ -21,12 +21,13 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.service import event_json, interaction_json, run_json
+from iterion_nb.cli.follow import add_follow, follow_run, stopped_following
 from iterion_nb.cli.inputs import (
     MAX_LIST_LIMIT,
     RunInputs,
@@ -121,6 +122,7 @@ def add_commands(sub: Any) -> None:
     answer.add_argument("--json-value", action="store_true", help="read the answer as JSON")
     answer.add_argument("--as", dest="answered_by", default="cli", help="who answers")
     _common(answer)
+    add_follow(verbs, _common)
     resume = sub.add_parser("resume", help="resume a paused, failed or cancelled run here")
     resume.add_argument("run_id")
     resume.add_argument("--force", action="store_true", help="even if the source changed")
@@ -419,10 +421,9 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     _stop_on_signals()
     if args.command != "run":  # every other command is about runs already made
         require_store(args.src if args.command == "store" else args.store)
-    if args.command == "report":
-        return await _report(args, out)
-    if args.command == "store":
-        return await _copy(args, out)
+    own = "follow" if args.command == "runs" and args.verb == "follow" else args.command
+    if own in _OWN_WAY:  # commands with a course of their own (not one call on the store)
+        return await _OWN_WAY[own](args, out)
     if args.command in ("run", "resume"):  # every file read and checked before a store opens
         return await _foreground(args, out, read_run_inputs(args))
     action = args.verb if args.command == "runs" else "cancel"
@@ -449,6 +450,30 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+async def _follow(args: argparse.Namespace, out: TextIO) -> int:
+    """``runs follow``: serves a DuckDB file meanwhile, so others can answer through it.
+
+    An answer that resumes the run resumes it in this process, as in any holder:
+    stopping the follow then stops the run, resumable, and says so.
+    """
+    session = _session(args.store, serve=True)
+    session.serve()  # a DuckDB file nobody held: answers come through this process
+    try:
+        return await follow_run(session, args, out)
+    except asyncio.CancelledError:  # Ctrl-C: the run goes on, unless an answer resumed it here
+        here = session.engine(args.run_id) is not None
+        sys.stderr.write(
+            _interrupted(args.run_id, args.store, cluster=False)
+            if here
+            else stopped_following(args)
+        )
+        raise
+    except IterionError as err:
+        raise CliError(str(err)) from None
+    finally:
+        await session.close()
+
+
 async def _copy(args: argparse.Namespace, out: TextIO) -> int:
     """``store copy``."""
     try:
@@ -458,6 +483,13 @@ async def _copy(args: argparse.Namespace, out: TextIO) -> int:
     text = json.dumps(copied, indent=2) if args.json else "\n".join(copied_lines(copied))
     out.write(text + "\n")
     return 0
+
+
+_OWN_WAY: dict[str, Callable[[argparse.Namespace, TextIO], Awaitable[int]]] = {
+    "report": _report,
+    "store": _copy,
+    "follow": _follow,
+}
 
 
 #: What a reply of the wrong shape raises when it is read.
@@ -518,7 +550,7 @@ def _interrupted(run_id: str, store: str | None, cluster: bool, begun: bool = Tr
         cause = STOP_SIGNALS[signal.Signals(_Stopped.signum).name]
     if cluster:
         return (f"iterion-nb: stopped following run {run_id}; it goes on on the cluster"
-                f" (`iterion-nb runs show {run_id}{where}`)\n")  # fmt: skip
+                f" (`iterion-nb runs follow {run_id}{where}`)\n")  # fmt: skip
     if not begun:
         return (f"iterion-nb: run {run_id} stopped ({cause}) as it started; `iterion-nb"
                 f" resume {run_id}{where}` goes on from its checkpoint\n")  # fmt: skip

@@ -317,12 +317,22 @@ def test_the_cli_runs_on_the_cluster_and_detaches(tmp_path: Path, cluster: Any) 
             assert time.monotonic() < deadline
             time.sleep(0.05)
         (question,) = questions
+        # followed from here through the holder, to the end, while a worker executes it
+        follow = subprocess.Popen(
+            [CLI, "runs", "follow", run_id, "--to-end", "--json", "--store", str(tmp_path / "s")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
         # the holder runs no workflows: a cluster worker takes the run up once answered
         answered = cli("runs", "answer", run_id, question["id"], "yes")
         assert (answered["queued"], answered["resumed"]) == (False, True)
-        while cli("runs", "show", run_id)["status"] != "finished":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        out, err = follow.communicate(timeout=60)
+        assert follow.returncode == 0, err
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert lines[-1]["run"]["status"] == "finished"
+        events = [line["event"] for line in lines if "event" in line]
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        kinds = [e["type"] for e in events]
+        assert kinds.index("run_paused") < kinds.index("run_resumed") < kinds.index("run_finished")
     finally:
         holder.kill()
         holder.wait()
