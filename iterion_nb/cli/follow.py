@@ -81,15 +81,24 @@ class Follower:
         # the status first, then the events: a run's stop commits with its event, so
         # every event up to the status read is printed before following ends
         record = await self.store.get_run(run_id)
-        for event in await self.store.events(run_id, after=self.after):
+        events = await self.store.events(run_id, after=self.after)
+        pending = {
+            q.id: q for q in await self.store.pending_interactions(run_id) if q.kind != "await"
+        }
+        for event in events:
             self.after = event.seq
             self._write({"event": event_json(event)}, _event_line(event))
-        pending = await self.store.pending_interactions(run_id)
-        for question in pending:
-            if question.kind != "await" and question.id not in self.asked:
-                self.asked.add(question.id)
-                self._write({"question": interaction_json(question)}, _asked_line(question))
+            if event.type == "human_input_requested":  # the question, right where it was asked
+                self._ask(pending.get(str((event.data or {}).get("interaction_id"))))
+        for question in pending.values():  # asked before this follow's first events, say
+            self._ask(question)
         return self._end(record)
+
+    def _ask(self, question: Interaction | None) -> None:
+        """Print a pending question once."""
+        if question is not None and question.id not in self.asked:
+            self.asked.add(question.id)
+            self._write({"question": interaction_json(question)}, _asked_line(question))
 
     def _end(self, record: Run) -> int | None:
         status = record.status

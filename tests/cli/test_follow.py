@@ -6,8 +6,11 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.cli.test_cli import SCRIPT, run
 
@@ -43,16 +46,32 @@ workflow w:
 """
 
 
+#: Processes a test started: none outlives it, whatever it asserted.
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _reaped() -> Iterator[None]:
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def _in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal's foreground command has it
 
 
 def _follow(store: str, run_id: str, *extra: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [str(SCRIPT), "runs", "follow", run_id, "--store", store, *extra],
         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=_in_a_terminal,
     )  # fmt: skip
+    _STARTED.append(proc)
+    return proc
 
 
 def _line_with(proc: subprocess.Popen[str], text: str, timeout: float = 60) -> list[str]:
@@ -77,6 +96,7 @@ def _start_waiting_run(tmp_path: Path) -> tuple[subprocess.Popen[str], str, str]
         [str(SCRIPT), "run", "w.iter", "--store", store], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    _STARTED.append(proc)
     assert proc.stdout is not None
     first = proc.stdout.readline()
     assert first.startswith("run "), (first, proc.stderr and proc.stderr.read())
@@ -146,8 +166,11 @@ def test_a_paused_run_ends_the_follow_with_its_question_and_to_end_waits_on(
 
     paused = run("runs", "follow", run_id, "--store", store, cwd=tmp_path)
     assert paused.returncode == 0, paused.stderr
-    asked = [line for line in paused.stdout.splitlines() if line.startswith("  asked: ")]
+    lines = paused.stdout.splitlines()
+    asked = [line for line in lines if line.startswith("  asked: ")]
     assert len(asked) == 1 and asked[0].endswith("[human] Ship it?")
+    # right under the event that asked it
+    assert " human_input_requested gate: " in lines[lines.index(asked[0]) - 1]
     question = asked[0].split()[1]
     assert paused.stdout.splitlines()[-1] == (
         f"run {run_id} is paused_waiting_human (answer with `iterion-nb runs answer {run_id}"
@@ -171,7 +194,8 @@ def test_a_paused_run_ends_the_follow_with_its_question_and_to_end_waits_on(
     tail = _records(out)
     assert tail[-1]["run"]["status"] == "finished"
     types = [r["event"]["type"] for r in tail if "event" in r]
-    assert types[0] == "interaction_answered" and "run_resumed" in types
+    # (the question comes right under the event that asked it, before run_paused)
+    assert types.index("interaction_answered") < types.index("run_resumed")
     assert types[-1] == "run_finished"
 
 
