@@ -58,6 +58,10 @@ def _compile(path_text: str) -> CompileResult:
     return analyze(data, path_text)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 def _summary(result: CompileResult) -> str:
     errors = sum(d.severity is Severity.ERROR for d in result.diagnostics)
     warnings = len(result.diagnostics) - errors
@@ -65,7 +69,7 @@ def _summary(result: CompileResult) -> str:
         wf = result.workflow
         head = (
             f"{result.source.name}: ok — workflow '{wf.name}',"
-            f" {len(wf.nodes)} nodes, {len(wf.edges)} edges"
+            f" {_count(len(wf.nodes), 'node')}, {_count(len(wf.edges), 'edge')}"
         )
     else:
         head = f"{result.source.name}: {errors} error{'s' if errors != 1 else ''}"

@@ -49,6 +49,7 @@ from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.answers import is_cluster_run, ready_to_resume
+from iterion_nb.runtime.lifecycle import FORM_REFUSAL
 from iterion_nb.runtime.records import RUN_STATUSES
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.cluster import CLUSTER_ENV, reach_scheduler
@@ -142,7 +143,7 @@ def add_commands(sub: Any) -> None:
 
 
 STORE_HELP = "the run store (default: .iterion or ITERION_NB_STORE)"
-#: Added to a refused answer given as text.
+#: Added to a refused answer to a form, given as text.
 JSON_HINT = (
     " (the answer was taken as text: give JSON data — a form's fields, a number,"
     " true or false — with --json-value)"
@@ -386,7 +387,7 @@ async def _report(args: argparse.Namespace, out: TextIO) -> int:
         if args.output is None:
             out.write(text)
         else:
-            path = write_report(text, args.output, make_dirs=True)  # as docs/cli.md says
+            path = write_report(text, args.output)  # missing directories made, as docs/cli.md says
             out.write(f"wrote the {fmt} report of run {args.run_id} to {path}\n")
     except IterionError as err:
         raise CliError(str(err)) from None
@@ -404,16 +405,40 @@ def require_store(spec: str | None) -> None:
     Raises:
         CliError: Names the path looked at, and how to name another.
     """
-    if store_url(spec) is not None:
+    url = store_url(spec)
+    if url is not None:
+        _require_schema(url)
         return
     try:
         path = resolve_store_path(spec)
     except StoreError as err:  # a path DuckDB cannot open (not UTF-8)
         raise CliError(str(err), 2) from None
     if not path.exists():
+        if path.parent.is_file():  # `--store flow.iter`: a file where a store was expected
+            raise CliError(
+                f"{path.parent} is a file, not a run store (a store is a directory holding"
+                " iterion.duckdb, or a .duckdb file)"
+            )
         raise CliError(
             f"no run store at {path} (nothing was created: `iterion-nb run` makes one;"
             f" --store or {STORE_ENV} names another)"
+        )
+
+
+def _require_schema(url: str) -> None:
+    """Refuse a PostgreSQL store whose schema is not there (opening it would create it)."""
+    try:
+        from iterion_nb.store.postgres_store import schema_exists
+    except ImportError:  # psycopg missing: opening the store says so
+        return
+    try:
+        schema, exists = schema_exists(url)
+    except StoreError:  # a malformed URL: opening the store says so
+        return
+    if exists is False:
+        raise CliError(
+            f"no run store in schema '{schema}' of {mask_url(url)} (nothing was created:"
+            " `iterion-nb run` makes one; ?schema=NAME names another)"
         )
 
 
@@ -432,14 +457,17 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     except RunOwnedError as err:
         raise CliError(str(err), EXIT_OWNED) from None
     except InvalidAnswerError as err:
-        hint = "" if getattr(args, "json_value", True) else JSON_HINT
-        raise CliError(f"{err}{hint}") from None
+        # typed as text for a form (fields of their types): the way to send JSON helps
+        form = FORM_REFUSAL in str(err) and not getattr(args, "json_value", True)
+        raise CliError(f"{err}{JSON_HINT if form else ''}") from None
     except BadTextError as err:  # what the person typed: a usage error
         raise CliError(str(err), 2) from None
     except IterionError as err:
         raise CliError(str(err)) from None
     if action == "answers" and args.export is not None:
         return _export(result, args.export, out)
+    if action == "cancel" and result.get("status") in ("finished", "failed"):
+        raise CliError(f"run {args.run_id} already {result['status']}; nothing to cancel")
     if not remote:
         _print(result, action, args.json, out, args)
         return 0
@@ -625,7 +653,10 @@ async def _foreground(args: argparse.Namespace, out: TextIO, inputs: RunInputs) 
     finally:
         await session.close()
     _print(result, "show", args.json, out)
-    return 1 if status in ("failed", "failed_resumable", "interrupted") else 0
+    if status in RESUMABLE_ENDS and not args.json:  # cancelled from elsewhere, failed, lost
+        where = f" --store {mask_url(args.store)}" if args.store else ""
+        out.write(f"`iterion-nb resume {handle.id}{where}` goes on from its checkpoint\n")
+    return 1 if status in ("failed", *RESUMABLE_ENDS) else 0
 
 
 async def _begin(session: Session, args: argparse.Namespace, inputs: RunInputs) -> RunHandle:
@@ -729,6 +760,8 @@ def _questions(result: Any) -> list[str]:
     return lines or ["no pending questions"]
 
 
+#: How a run can end that ``resume`` goes on from.
+RESUMABLE_ENDS = ("failed_resumable", "interrupted", "cancelled")
 #: Statuses in which a message queued for the agent reaches it without anyone resuming the run.
 _DELIVERED = ("running", "paused_waiting_human")
 #: Statuses of a cluster's run that only a person's resume sets going again.

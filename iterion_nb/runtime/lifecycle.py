@@ -138,6 +138,10 @@ def _accepts_problems(answer: Any, accepts: dict[str, Any]) -> list[str]:
     return problems
 
 
+#: How the refusal of an answer to a gate's form begins (surfaces add how to send JSON).
+FORM_REFUSAL = "does not fit question"
+
+
 def check_fits(question: Interaction, answer: Any) -> Any:
     """The answer as it is kept, or refused saying why (nothing is written).
 
@@ -154,7 +158,7 @@ def check_fits(question: Interaction, answer: Any) -> Any:
         problems = _accepts_problems(answer, question.accepts)
         if problems:
             raise InvalidAnswerError(
-                f"the answer does not fit question '{question.id}': {'; '.join(problems)}"
+                f"the answer {FORM_REFUSAL} '{question.id}': {'; '.join(problems)}"
             )
         return answer
     if _empty(answer):

@@ -101,6 +101,22 @@ def _connect_options(conninfo: str) -> dict[str, Any]:
     return options
 
 
+def schema_exists(url: str) -> tuple[str, bool | None]:
+    """The URL's schema, and whether it exists (``None``: the server could not be asked).
+
+    Creates nothing: for commands about runs already made, which must not turn
+    a misspelt ``schema=`` into a new, empty store. A server that cannot be
+    reached is left to opening the store to report.
+    """
+    conninfo, schema = split_url(url)
+    try:
+        with psycopg.connect(conninfo, **_connect_options(conninfo)) as conn:
+            found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
+            return schema, found.fetchone() is not None
+    except psycopg.Error:
+        return schema, None
+
+
 def _artifact(row: tuple[Any, ...]) -> Artifact:
     return Artifact(row[0], row[1], row[2], row[3], json.loads(row[4]),
                     row[5].astimezone(UTC))  # fmt: skip
