@@ -24,13 +24,14 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, Markdown
 
-from iterion_nb.errors import CompileError, IterionError, NotFoundError
+from iterion_nb.errors import CompileError, InvalidAnswerError, IterionError, NotFoundError
 from iterion_nb.ir import analyze, compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.magics.display import Table, diagnostics_table
 from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, inbox
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
+from iterion_nb.runtime.lifecycle import FORM_REFUSAL
 from iterion_nb.runtime.records import Run
 from iterion_nb.runtime.values import preset_values, resolve_vars
 from iterion_nb.session import Session
@@ -92,6 +93,7 @@ def _line_parser() -> _Parser:
     answer.add_argument("interaction_id")
     answer.add_argument("text", nargs="+")
     answer.add_argument("--if-pending", action="store_true", dest="if_pending")
+    answer.add_argument("--json", action="store_true", dest="json_value")
     resume = verbs.add_parser("resume", add_help=False)
     resume.add_argument("run_id")
     resume.add_argument("--scenario", metavar="EXPR")
@@ -113,7 +115,7 @@ def _line_parser() -> _Parser:
 
 USAGE = (
     "%iterion runs | show RUN | inbox [RUN] | questions RUN [--wait N]"
-    " | answer RUN IID TEXT [--if-pending]"
+    " | answer RUN IID TEXT [--if-pending] [--json]"
     " | resume RUN | answers RUN [--export FILE]"
     " | cancel RUN | wait RUN | report RUN [--format html|md] [-o FILE]"
     "  (each takes --store PATH)"
@@ -340,9 +342,24 @@ class IterionMagics(Magics):
                     {"queued": False, "resumed": False, "run_status": status},
                     f"Already answered by {who}: {shown!r} — nothing sent",
                 )
-        outcome = await session.run(args.run_id).answer(
-            args.interaction_id, text, answered_by="magic"
-        )
+        answer: Any = text
+        if args.json_value:
+            try:
+                answer = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise UsageError(f"%iterion answer --json: the answer is not JSON: {err}") from None
+        try:
+            outcome = await session.run(args.run_id).answer(
+                args.interaction_id, answer, answered_by="magic"
+            )
+        except InvalidAnswerError as err:
+            if FORM_REFUSAL not in str(err) or args.json_value:
+                raise
+            raise UsageError(
+                f"%iterion answer: {err} (the answer was taken as text: give a form's fields"
+                f" as JSON with --json, e.g. %iterion answer {args.run_id} {args.interaction_id}"
+                """ --json '{"field": true}')"""
+            ) from None
         return Answered(outcome, run_id=args.run_id)
 
     async def _resume(self, session: Session, args: argparse.Namespace) -> LiveRun:

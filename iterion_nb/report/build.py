@@ -114,8 +114,8 @@ def format_for(path: str | os.PathLike[str] | None, fmt: str | None) -> str:
     return "md"
 
 
-def write_report(text: str, path: str | os.PathLike[str], *, make_dirs: bool = False) -> Path:
-    """Write a report; with ``make_dirs``, the directories missing on the way are created.
+def write_report(text: str, path: str | os.PathLike[str]) -> Path:
+    """Write a report, creating the directories missing on the way (CLI, notebook, Python).
 
     An unwritable place is a ReportError naming it and why.
     """
@@ -123,8 +123,7 @@ def write_report(text: str, path: str | os.PathLike[str], *, make_dirs: bool = F
     if target.is_dir():
         raise ReportError(f"cannot write the report to {target}: it is a directory")
     try:
-        if make_dirs:
-            target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise ReportError(
             f"cannot write the report to {target}: a part of its directory is a file"

@@ -280,10 +280,18 @@ def test_report_magic(
     said = ok(shell, "%iterion report {r.id} -o $target")
     assert said == f"wrote the report of run {handle.id} to {tmp_path / 'r.html'}"
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
-    result = run(shell, "%iterion report {r.id} -o /nonexistent/dir/r.md")
+    shell.user_ns["nested"] = str(tmp_path / "new" / "dir" / "r.md")
+    ok(shell, "%iterion report {r.id} -o $nested")  # the directories on the way are made
+    assert (tmp_path / "new" / "dir" / "r.md").read_text().startswith(f"# Run {handle.id}")
+    shell.user_ns["blocked"] = str(tmp_path / "r.html" / "r.md")  # under a file: cannot be
+    result = run(shell, "%iterion report {r.id} -o $blocked")
     assert not result.success
     err = capsys.readouterr().err
-    assert "cannot write the report to /nonexistent/dir/r.md" in err and "Traceback" not in err
+    assert (
+        f"cannot write the report to {tmp_path}/r.html/r.md: a part of its directory is a file"
+        in (err)
+        and "Traceback" not in err
+    )
 
 
 def test_answer_if_pending_leaves_an_answered_question_alone(shell: InteractiveShell) -> None:
@@ -311,6 +319,41 @@ def test_an_answer_from_the_magic_says_magic(shell: InteractiveShell) -> None:
     asked = ok(shell, "await r.session.store.get_interaction(q.id)")
     assert asked.answered_by == "magic"
     assert ok(shell, "%iterion wait {r.id}") == "finished"
+
+
+FORM_GATE = """\
+schema verdict:
+  ship: bool
+
+human gate:
+  instructions: "Ship it?"
+  output: verdict
+
+workflow shipping:
+  entry: gate
+  gate -> done
+"""
+
+
+def test_a_form_is_answered_with_json_and_text_for_it_says_how(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handle = ok(shell, "%%iterion --run --store $store\n" + FORM_GATE)
+    shell.user_ns["r"] = handle
+    assert ok(shell, "%iterion wait {r.id}") == "paused_waiting_human"
+    ok(shell, "q = (await r.pending_questions())[0]")
+    ids = f"{handle.id} {shell.user_ns['q'].id}"  # (braces in a line stop IPython's {expansion})
+    as_text = run(shell, f"""%iterion answer {ids} {{"ship": true}}""")
+    assert not as_text.success
+    err = capsys.readouterr().err
+    assert "'ship' must be bool" in err and "give a form's fields as JSON with --json" in err
+    not_json = run(shell, "%iterion answer {r.id} {q.id} --json yes please")
+    assert not not_json.success
+    assert "%iterion answer --json: the answer is not JSON" in capsys.readouterr().err
+    said = ok(shell, f"""%iterion answer {ids} --json '{{"ship": true}}'""")
+    assert said["resumed"] is True
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    assert handle.outputs["gate"] == {"ship": True}
 
 
 def test_resume_reuses_the_recorded_scenario_and_says_so(
