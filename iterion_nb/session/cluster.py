@@ -25,7 +25,6 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from iterion_nb.errors import IterionError, ResumeError, RunOwnedError, StoreError
@@ -309,15 +308,17 @@ async def _execute(store_spec: str, run_id: str, take_from: str | None) -> str:
         await session.close()
 
 
-async def submit_resume(client: Any, store_spec: str, run: Run) -> None:
-    """One task per run and state: watchers reacting together submit it once."""
+def submit_resume(client: Any, store_spec: str, run: Run) -> None:
+    """One task per run and state: watchers reacting together submit it once.
+
+    ``client`` is asynchronous, on the caller's loop: submitting only queues
+    messages, which go out when the caller next waits (a watcher closes the
+    client right after, which sends them first).
+    """
     import distributed
 
     key = f"iterion-resume-{run.id}-{run.updated_at.timestamp()}"
-    submit: Callable[[], Any] = lambda: client.submit(  # noqa: E731
-        execute_run, store_spec, run.id, None, key=key, pure=False
-    )
-    future = await asyncio.to_thread(submit)
+    future = client.submit(execute_run, store_spec, run.id, None, key=key, pure=False)
     distributed.fire_and_forget(future)  # type: ignore[no-untyped-call]
 
 

@@ -23,7 +23,14 @@ from iterion_nb.runtime.answers import ready_to_resume
 from iterion_nb.runtime.ownership import DEFAULT_TTL
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction, Run
-from iterion_nb.session.cluster import EXECUTOR, SCAN_INTERVAL, log, submit_resume, worker_store
+from iterion_nb.session.cluster import (
+    CONNECT_TIMEOUT,
+    EXECUTOR,
+    SCAN_INTERVAL,
+    log,
+    submit_resume,
+    worker_store,
+)
 
 #: Seconds after the store came back from an outage before interrupted runs are taken:
 #: every lease lapsed while it was away, and owners still alive renew theirs first.
@@ -43,6 +50,17 @@ class RunWatcher(distributed.WorkerPlugin):
 
     It runs a thread of its own, with its own event loop, so it never delays
     the worker's tasks.
+
+    It holds no ``distributed.Client``: it opens one, on its own loop, for each
+    batch of runs it submits, and closes it at once (:meth:`_submit`). A client
+    held for the watcher's life reconnects when its scheduler goes away, and the
+    worker closing it meanwhile (the worker exits without its scheduler) fills
+    the worker's log with tracebacks; one that fails to reconnect within its
+    timeout closes for good, and a worker that outlived the outage would
+    submit nothing again. The worker's own client (``worker.client``) would
+    not help: it lives on the worker's loop, and makes the same tracebacks.
+    A client per batch is never there when the scheduler goes away (but in
+    the moments a submission takes), and always reaches the scheduler of now.
     """
 
     idempotent = True
@@ -53,17 +71,22 @@ class RunWatcher(distributed.WorkerPlugin):
         # made on the worker (setup): the plugin travels pickled to each worker
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
+        self._scheduler = ""
+        self._security: Any = None  # the worker's: a client reaches its scheduler as it does
+        self._away = False  # whether the scheduler was away at the last submission
 
     def __getstate__(self) -> dict[str, Any]:
         return {"store_spec": self.store_spec, "scan_interval": self.scan_interval,
-                "_stop": None, "_thread": None}  # fmt: skip
+                "_stop": None, "_thread": None, "_scheduler": "", "_security": None,
+                "_away": False}  # fmt: skip
 
     def setup(self, worker: Any) -> None:
         """Start watching (a worker plugin hook)."""
-        address = worker.scheduler.address
+        self._scheduler = worker.scheduler.address
+        self._security = worker.security
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._watch(address)), name="iterion-watcher", daemon=True
+            target=lambda: asyncio.run(self._watch()), name="iterion-watcher", daemon=True
         )
         self._thread.start()
 
@@ -72,10 +95,7 @@ class RunWatcher(distributed.WorkerPlugin):
         if self._stop is not None:
             self._stop.set()
 
-    async def _watch(self, scheduler: str) -> None:
-        client = await asyncio.to_thread(
-            distributed.Client, scheduler, set_as_default=False, timeout="30s"
-        )
+    async def _watch(self) -> None:
         store = None
         assert self._stop is not None
         said = False
@@ -86,17 +106,14 @@ class RunWatcher(distributed.WorkerPlugin):
                 (log.info if said else log.warning)("iterion_nb watcher: %s", err)
                 said = True
                 if self._stop.wait(self.scan_interval):
-                    await asyncio.to_thread(client.close)
                     return
         await self._check_store(store)
         rung: set[str] = set()
         unsubscribe = store.doorbell.subscribe(rung.add)  # type: ignore[attr-defined]
         try:
-            await self._loop(store, client, rung)
+            await self._loop(store, rung)
         finally:
             unsubscribe()
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(client.close)
 
     async def _check_store(self, store: Store) -> None:
         """Say in the worker's log, within seconds, when the store cannot be used.
@@ -117,7 +134,7 @@ class RunWatcher(distributed.WorkerPlugin):
         else:
             log.info("iterion_nb watcher: watching the runs of %s", mask_url(self.store_spec))
 
-    async def _loop(self, store: Store, client: Any, rung: set[str]) -> None:
+    async def _loop(self, store: Store, rung: set[str]) -> None:
         bell = store.doorbell  # type: ignore[attr-defined]
         loop = asyncio.get_running_loop()
         last_scan = 0.0
@@ -135,9 +152,9 @@ class RunWatcher(distributed.WorkerPlugin):
                         if due and (scan is None or scan.done()):
                             # a task of its own: a ring never waits behind a long scan
                             last_scan = loop.time()
-                            scan = asyncio.ensure_future(self._scan_logged(store, client))
-                        for run_id in keys - {"*"}:
-                            await self._consider(store, client, run_id)
+                            scan = asyncio.ensure_future(self._scan_logged(store))
+                        ready = [await self._considered(store, run_id) for run_id in keys - {"*"}]
+                        await self._submit([run for run in ready if run is not None])
                     except Exception as err:  # the store or scheduler is away: look again later
                         log.warning("iterion_nb watcher: %s", err)
                     await ticket.wait(timeout=min(1.0, self.scan_interval))
@@ -145,41 +162,78 @@ class RunWatcher(distributed.WorkerPlugin):
             if scan is not None:
                 scan.cancel()
 
-    async def _scan_logged(self, store: Store, client: Any) -> None:
+    async def _scan_logged(self, store: Store) -> None:
         try:
-            await self._scan(store, client)
+            await self._scan(store)
         except Exception as err:
             log.warning("iterion_nb watcher: %s", err)
 
-    async def _scan(self, store: Store, client: Any) -> None:
+    async def _scan(self, store: Store) -> None:
         """Every cluster run that can go on, at a cost independent of how many are parked.
 
         One query for the open questions decides which paused runs have all
         their answers (not one look per parked run).
         """
         open_ = {q.id: q for q in await store.pending_interactions()}
+        ready = []
         for run in await store.list_runs(status="interrupted", limit=100_000):
-            await self._go_on(store, client, run, checked=True)
+            if await self._goes_on(store, run, checked=True):
+                ready.append(run)
         for run in await store.list_runs(status="paused_waiting_human", limit=100_000):
             ours = run.launch.get("executor") == EXECUTOR and run.lease is None
-            if ours and _answered(run, open_):
-                await self._go_on(store, client, run, checked=True)
+            if ours and _answered(run, open_) and await self._goes_on(store, run, checked=True):
+                ready.append(run)
+        await self._submit(ready)
 
-    async def _consider(self, store: Store, client: Any, run_id: str) -> None:
+    async def _considered(self, store: Store, run_id: str) -> Run | None:
+        """The run ``run_id``, if it can go on now (its ring may be about something else)."""
         with contextlib.suppress(IterionError):
-            await self._go_on(store, client, await store.get_run(run_id))
+            run = await store.get_run(run_id)
+            if await self._goes_on(store, run):
+                return run
+        return None
 
-    async def _go_on(self, store: Store, client: Any, run: Run, checked: bool = False) -> None:
+    async def _goes_on(self, store: Store, run: Run, checked: bool = False) -> bool:
         if run.launch.get("executor") != EXECUTOR or run.lease is not None:
-            return
+            return False
         paused = run.status == "paused_waiting_human"
         if paused and not checked and not await ready_to_resume(store, run):
-            return
+            return False
         if run.status not in ("interrupted", "paused_waiting_human"):
+            return False
+        # an interrupted run's owner may be alive and about to renew: a later scan looks again
+        return not (run.status == "interrupted" and settling(store))
+
+    async def _submit(self, runs: list[Run]) -> None:
+        """Submit a task for each run, through a client opened for them alone.
+
+        The client lives on this thread's loop, and nothing waits between its
+        start and its close (submitting only queues messages, which its close
+        sends before it lets go): it is closing before it could hear that its
+        scheduler went away, so it never reconnects, nor logs a reconnection
+        cut short. Why no client is held: see the class's docstring.
+        """
+        if not runs:
             return
-        if run.status == "interrupted" and settling(store):
-            return  # its owner may be alive and about to renew: a later scan looks again
-        await submit_resume(client, self.store_spec, run)
+        try:
+            async with distributed.Client(  # type: ignore[no-untyped-call]
+                self._scheduler, security=self._security, asynchronous=True,
+                set_as_default=False, timeout=f"{CONNECT_TIMEOUT:.0f}s",
+            ) as client:  # fmt: skip
+                for run in runs:
+                    submit_resume(client, self.store_spec, run)
+        except (OSError, TimeoutError) as err:
+            # one line for the whole outage, not one per ring: the worker usually exits
+            # without its scheduler anyway, and a watcher's scan submits these runs later
+            log.debug("iterion_nb watcher: cannot submit: %s", err)
+            if not self._away:
+                log.warning(
+                    "iterion_nb watcher: the scheduler at %s went away; the runs that can go on"
+                    " are taken up once it is back", self._scheduler,
+                )  # fmt: skip
+            self._away = True
+        else:
+            self._away = False
 
 
 def _answered(run: Run, open_: dict[str, Interaction]) -> bool:
