@@ -83,13 +83,16 @@ class QuestionClosedError(ConflictError):
         reason: Why (a retraction's reason), if given.
     """
 
-    def __init__(self, interaction_id: str, ended: str, reason: str | None = None) -> None:
+    def __init__(
+        self, interaction_id: str, ended: str, reason: str | None = None, hint: str = ""
+    ) -> None:
         self.interaction_id = interaction_id
         self.ended = ended
         self.reason = reason
         why = f": {reason}" if reason else ""
         what = "expired unanswered" if ended == "expired" else f"was withdrawn by its asker{why}"
-        super().__init__(f"question '{interaction_id}' {what}; it takes no answer")
+        then = f"; {hint}" if hint else ""
+        super().__init__(f"question '{interaction_id}' {what}; it takes no answer{then}")
 
 
 class InvalidAnswerError(StoreError):

@@ -36,6 +36,7 @@ from iterion_nb.errors import (
     BadTextError,
     InvalidAnswerError,
     NotFoundError,
+    QuestionClosedError,
     ResumeError,
     RunError,
     RunOwnedError,
@@ -250,9 +251,23 @@ class AnswerService:
         found = await self.question(run_id, interaction_id)
         if found.pending:  # else the store says how it ended (answered, expired, retracted)
             answer = lifecycle.check_fits(found, answer)
-        result = await self.store.answer(interaction_id, answer, answered_by=answered_by)
+        try:
+            result = await self.store.answer(interaction_id, answer, answered_by=answered_by)
+        except QuestionClosedError as err:
+            raise await self._closed(run_id, err) from None
         resumed = await self._resume_if_ready(run_id, interaction_id, answered_by)
         return await self._outcome(run_id, result.message is not None, resumed)
+
+    async def _closed(self, run_id: str, err: QuestionClosedError) -> QuestionClosedError:
+        """The refusal, saying what goes on when an expired gate holds a run nothing keeps."""
+        run = await self.store.get_run(run_id)
+        if err.ended != "expired" or run.status != "paused_waiting_human" or run.lease:
+            return err  # a session that keeps the run parked applies on_expire itself
+        return QuestionClosedError(
+            err.interaction_id, err.ended, err.reason,
+            hint=f"run {run_id} stays paused until it is resumed (`iterion-nb resume {run_id}`,"
+            f" `%iterion resume {run_id}`), which applies the gate's on_expire",
+        )  # fmt: skip
 
     async def answer_human(
         self, run_id: str, answers: dict[str, Any], answered_by: str

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -96,3 +98,39 @@ def test_validate_counts_in_the_singular(tmp_path: Path) -> None:
     (tmp_path / "w.iter").write_text(ONE_TOOL)
     said = run("validate", "w.iter", cwd=tmp_path)
     assert said.stdout == "w.iter: ok — workflow 'w', 1 node, 1 edge\n"
+
+
+EXPIRING = """\
+human gate:
+  instructions: "Ship it?"
+  expires_in: "3s"
+  on_expire: default("no")
+
+workflow w:
+  entry: gate
+  gate -> done
+"""
+
+
+def test_a_late_answer_to_a_gate_nothing_keeps_says_resume_applies_its_default(
+    tmp_path: Path,
+) -> None:
+    store = str(tmp_path / "store")
+    paused = _started(tmp_path, EXPIRING, store)  # `run` exits: nothing keeps the run
+    run_id = str(paused["id"])
+    questions = paused["questions"]  # asked as it paused
+    assert isinstance(questions, list)
+    (question,) = questions
+    expires = datetime.fromisoformat(question["expires_at"])
+    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.2)
+    late = run("runs", "answer", run_id, question["id"], "yes", "--store", store)
+    assert late.returncode == 1
+    assert late.stderr == (
+        f"iterion-nb: question '{question['id']}' expired unanswered; it takes no answer;"
+        f" run {run_id} stays paused until it is resumed (`iterion-nb resume {run_id}`,"
+        f" `%iterion resume {run_id}`), which applies the gate's on_expire\n"
+    )
+    resumed = run("resume", run_id, "--store", store, "--json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    done = json.loads(resumed.stdout)
+    assert (done["status"], done["outputs"]["gate"]) == ("finished", {"text": "no"})
