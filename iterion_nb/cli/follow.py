@@ -3,7 +3,8 @@
 For a run this command does not execute: one started with ``run --detach`` on
 a cluster, one a kernel or JupyterLab runs, one another terminal runs. It
 reads the store (through the holder of a DuckDB file when a process holds it,
-else the file or PostgreSQL itself), prints the events recorded so far, then
+else the file — serving it meanwhile, running no workflow — or PostgreSQL
+itself), prints the events recorded so far, then
 each new one as it lands, and the questions the run asks with their ids. It
 stops when the run finishes, fails or is cancelled — or pauses for a person,
 unless ``--to-end`` — and exits with the run's outcome. Stopping it (Ctrl-C)
@@ -21,8 +22,8 @@ from typing import Any, TextIO
 
 from iterion_nb.api.service import event_json, interaction_json, run_json
 from iterion_nb.cli.inputs import plain
+from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
-from iterion_nb.session import Session
 from iterion_nb.session.cluster import EXECUTOR
 from iterion_nb.store.location import mask_url
 
@@ -34,6 +35,8 @@ POLL_SECONDS = 0.25
 ENDS = {"finished": 0, "failed": 1, "failed_resumable": 1, "cancelled": 1, "interrupted": 1}
 #: The branch a run starts on (a fan-out's branches are named in the lines).
 ROOT_BRANCH = "b0"
+#: The longest ``--timeout`` (about 31 years; leave it out to follow without end).
+MAX_TIMEOUT = 999_999_999
 #: Widest a value is shown in a text line (``--json`` shows it whole).
 WIDTH = 120
 
@@ -60,20 +63,25 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < 1e9:
+    if not value > 0:  # (NaN too)
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    if value > MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TIMEOUT:,} seconds, got {text}")
     return value
 
 
 class Follower:
     """Prints one run's new events and questions, and says when following ends."""
 
-    def __init__(self, session: Session, args: argparse.Namespace, out: TextIO) -> None:
-        self.store = session.store
+    def __init__(self, store: Store, args: argparse.Namespace, out: TextIO) -> None:
+        self.store = store
         self.args = args
         self.out = out
         self.after = 0
         self.asked: set[str] = set()
+        #: Pending questions whose asking event was not among the events read with them.
+        self.unannounced: set[str] = set()
+        self.first = True
 
     async def step(self) -> int | None:
         """Print what is new; the exit code if following ends here, else ``None``."""
@@ -90,8 +98,13 @@ class Follower:
             self._write({"event": event_json(event)}, _event_line(event))
             if event.type == "human_input_requested":  # the question, right where it was asked
                 self._ask(pending.get(str((event.data or {}).get("interaction_id"))))
-        for question in pending.values():  # asked before this follow's first events, say
-            self._ask(question)
+        # A question whose event is not in yet (it committed between the two reads) waits
+        # for it, one read at most: then it is printed right under it, as it was asked.
+        # The first read's backlog, and questions no event announces, go out at once.
+        waiting = {q for q in pending if q not in self.asked}
+        for question_id in waiting if self.first else waiting & self.unannounced:
+            self._ask(pending[question_id])
+        self.unannounced, self.first = waiting - self.asked, False
         return self._end(record)
 
     def _ask(self, question: Interaction | None) -> None:
@@ -208,34 +221,38 @@ def _asked_line(question: Interaction) -> str:
     return plain(text + (f" (options: {options})" if options else ""))
 
 
-async def follow_run(session: Session, args: argparse.Namespace, out: TextIO) -> int:
+async def follow_run(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     """Follow the run until it stops; its exit code (``EXIT_TIMEOUT`` when time ran out).
 
-    Stopped (Ctrl-C), it raises ``CancelledError`` having printed nothing: the
-    caller says what became of the run (an answer sent through this process,
-    which serves the DuckDB file, may have resumed the run here).
+    ``--timeout`` holds whatever the store does meanwhile (a holder that hangs,
+    a PostgreSQL server away). Stopped (Ctrl-C, SIGTERM), it says so on stderr
+    and raises ``CancelledError``.
 
     Raises:
         IterionError: No such run, or the store cannot be read.
     """
-    follower = Follower(session, args, out)
-    bell = session.store.doorbell  # type: ignore[attr-defined]
     loop = asyncio.get_running_loop()
     deadline = None if args.timeout is None else loop.time() + args.timeout
+    try:
+        async with asyncio.timeout_at(deadline) as limit:
+            return await _follow(Follower(store, args, out), store, args.run_id)
+    except TimeoutError:
+        if not limit.expired():  # raised inside, not the deadline's
+            raise
+        return _timed_out(args)
+    except asyncio.CancelledError:  # nothing executes here: the run is not touched
+        sys.stderr.write(_left(args, f"stopped following run {args.run_id}"))
+        raise
+
+
+async def _follow(follower: Follower, store: Store, run_id: str) -> int:
+    bell = store.doorbell  # type: ignore[attr-defined]
     while True:
-        with bell.arm(args.run_id) as ticket:
+        with bell.arm(run_id) as ticket:
             code = await follower.step()
             if code is not None:
                 return code
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                return _timed_out(args)
-            await ticket.wait(timeout=POLL_SECONDS if left is None else min(left, POLL_SECONDS))
-
-
-def stopped_following(args: argparse.Namespace) -> str:
-    """What Ctrl-C (SIGTERM, SIGHUP) says when this process does not execute the run."""
-    return _left(args, f"stopped following run {args.run_id}")
+            await ticket.wait(timeout=POLL_SECONDS)
 
 
 def _timed_out(args: argparse.Namespace) -> int:

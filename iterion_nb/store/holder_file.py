@@ -243,6 +243,8 @@ class HolderChannel:
         self.timeout = timeout
         self.host, self.port = loopback_address(holder.url)
         self._idle: list[http.client.HTTPConnection] = []
+        #: Connections carrying a request now (close() cuts them short).
+        self._busy: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
 
     def connect(self) -> http.client.HTTPConnection:
@@ -306,6 +308,8 @@ class HolderChannel:
         headers = {"Authorization": f"Bearer {self.holder.token}"}
         if body is not None:
             headers["Content-Type"] = "application/json"
+        with self._lock:
+            self._busy.add(connection)
         try:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
@@ -313,6 +317,9 @@ class HolderChannel:
         except BaseException:
             connection.close()
             raise
+        finally:
+            with self._lock:
+                self._busy.discard(connection)
         if response.will_close:
             connection.close()
         else:
@@ -338,11 +345,21 @@ class HolderChannel:
         connection.close()
 
     def close(self) -> None:
-        """Close the idle connections."""
+        """Close the idle connections, and cut short the requests in flight.
+
+        A request to a holder that hangs would otherwise keep its thread for
+        up to ``timeout``, and the process waits for that thread to exit (a
+        command stopped, or out of time, would hang on for a minute).
+        """
         with self._lock:
             idle, self._idle = self._idle, []
+            busy = list(self._busy)
         for connection in idle:
             connection.close()
+        for connection in busy:
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):  # it ended meanwhile
+                    connection.sock.shutdown(socket.SHUT_RDWR)
 
 
 def _readable(sock: socket.socket) -> bool:

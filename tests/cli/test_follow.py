@@ -125,6 +125,7 @@ def test_it_prints_each_event_as_it_happens_then_the_run_s_end(tmp_path: Path) -
         assert not any("run" in json.loads(line) for line in early)
         (tmp_path / "go.txt").write_text("go")
         out, err = _rest(follower)
+        assert runner.wait(timeout=60) == 0  # (it may still be letting go of the file)
     finally:
         runner.kill() if runner.poll() is None else None
     assert follower.returncode == 0, err
@@ -135,7 +136,6 @@ def test_it_prints_each_event_as_it_happens_then_the_run_s_end(tmp_path: Path) -
     finished = [e["node_id"] for e in events if e["type"] == "node_finished"]
     assert finished == ["first", "second"]
     assert records[-1]["run"]["status"] == "finished" and records[-1]["run"]["id"] == run_id
-    assert runner.wait(timeout=60) == 0
 
 
 def test_text_lines_name_the_nodes_and_what_they_gave(tmp_path: Path) -> None:
@@ -184,11 +184,18 @@ def test_a_paused_run_ends_the_follow_with_its_question_and_to_end_waits_on(
         f" (`iterion-nb runs show {run_id} --store {store}`)\n"
     )
 
-    # following to the end: it holds the file meanwhile, so the answer goes through it
+    # following to the end: it holds the file meanwhile and serves it, executing nothing —
+    # the answer goes through it, and the run waits for a resume, which goes through it too
     follower = _follow(store, run_id, "--to-end", "--json", cwd=tmp_path)
     _line_with(follower, '{"question": ')
     answered = run("runs", "answer", run_id, question, "yes", "--store", store, cwd=tmp_path)
-    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout == (
+        f"answer recorded; every answer run {run_id} waits for is in, but nothing executes it:"
+        f" resume it with `iterion-nb resume {run_id} --store {store}`\n"
+    ), answered.stderr
+    assert follower.poll() is None  # still following: the run is still paused
+    resumed = run("resume", run_id, "--store", store, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
     out, err = _rest(follower)
     assert follower.returncode == 0, err
     tail = _records(out)
@@ -197,6 +204,26 @@ def test_a_paused_run_ends_the_follow_with_its_question_and_to_end_waits_on(
     # (the question comes right under the event that asked it, before run_paused)
     assert types.index("interaction_answered") < types.index("run_resumed")
     assert types[-1] == "run_finished"
+
+
+def test_what_follow_serves_it_never_executes_nor_stops(tmp_path: Path) -> None:
+    """Answers through a follower resume nothing in it: stopping it stops no run."""
+    (tmp_path / "w.iter").write_text(GATE)
+    store = str(tmp_path / "store")
+    ids = [json.loads(run("run", "w.iter", "--store", store, "--json", cwd=tmp_path).stdout)["id"]
+           for _ in range(2)]  # fmt: skip
+    follower = _follow(store, ids[0], "--to-end", "--timeout", "3", cwd=tmp_path)
+    _line_with(follower, "  asked: ")
+    other = json.loads(run("runs", "questions", ids[1], "--store", store, "--json").stdout)
+    answered = run("runs", "answer", ids[1], other["interactions"][0]["id"], "yes",
+                   "--store", store, "--json")  # fmt: skip
+    assert json.loads(answered.stdout)["resume_needed"] is True, answered.stderr
+    _, err = _rest(follower)
+    assert follower.returncode == 124
+    assert f"gave up following run {ids[0]} after 3 s; it goes on as it was" in err
+    for run_id in ids:  # neither was taken up, nor cancelled, by the follower
+        shown = json.loads(run("runs", "show", run_id, "--store", store, "--json").stdout)
+        assert shown["status"] == "paused_waiting_human"
 
 
 def test_a_failed_run_exits_1_and_says_why_and_how_to_go_on(tmp_path: Path) -> None:
@@ -271,3 +298,20 @@ def test_on_postgresql_it_follows_a_run_another_process_resumes(
     assert [r["event"]["node_id"] for r in records if r.get("event", {}).get("type") == (
         "node_finished")] == ["gate", "after"]  # fmt: skip
     assert not any(p.suffix == ".duckdb" for p in tmp_path.rglob("*"))
+
+
+def test_the_timeout_holds_while_the_store_s_holder_hangs(tmp_path: Path) -> None:
+    runner, store, run_id = _start_waiting_run(tmp_path)
+    follower = _follow(store, run_id, "--timeout", "4", cwd=tmp_path)
+    _line_with(follower, "node_started")
+    runner.send_signal(signal.SIGSTOP)  # the holder answers nothing now
+    try:
+        started = time.monotonic()
+        _, err = _rest(follower, 30)
+        took = time.monotonic() - started
+    finally:
+        runner.send_signal(signal.SIGCONT)
+    assert follower.returncode == 124, err
+    assert took < 15  # not the 30 s a hung holder takes to be given up on
+    (tmp_path / "go.txt").write_text("go")
+    assert runner.wait(timeout=60) == 0  # the run went on
