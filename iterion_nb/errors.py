@@ -74,6 +74,11 @@ class AlreadyAnsweredError(ConflictError):
         super().__init__(f"question '{interaction_id}' is already answered")
 
 
+#: How the refusal of a late answer ends when only a resume can take its run on (each
+#: surface adds its own way to resume: a command, a magic).
+RESUME_APPLIES_EXPIRY = "which applies the gate's on_expire"
+
+
 class QuestionClosedError(ConflictError):
     """The question ended without an answer: it ``expired``, or its asker ``retracted`` it.
 

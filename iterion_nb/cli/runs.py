@@ -20,14 +20,16 @@ import json
 import os
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from iterion_nb.api.client import HolderCallError, HolderClient
+from iterion_nb.api.holder import open_served_store
 from iterion_nb.api.service import event_json, interaction_json, run_json
-from iterion_nb.cli.follow import add_follow, follow_run, stopped_following
+from iterion_nb.cli.follow import add_follow, follow_run
 from iterion_nb.cli.inputs import (
     MAX_LIST_LIMIT,
     RunInputs,
@@ -38,6 +40,7 @@ from iterion_nb.cli.inputs import (
 )
 from iterion_nb.cli.store_copy import add_store_commands, copied_lines, store_copy
 from iterion_nb.errors import (
+    RESUME_APPLIES_EXPIRY,
     AlreadyAnsweredError,
     BadTextError,
     InvalidAnswerError,
@@ -58,6 +61,8 @@ from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.location import mask_url, store_url
 from iterion_nb.store.remote import open_store
+
+T = TypeVar("T")
 
 #: Exit code when the run is owned by another live process.
 EXIT_OWNED = 3
@@ -426,48 +431,72 @@ def require_store(spec: str | None) -> None:
 
 
 def _require_schema(url: str) -> None:
-    """Refuse a PostgreSQL store whose schema is not there (opening it would create it)."""
+    """Refuse a PostgreSQL schema that holds no store (opening it would make one there)."""
     try:
-        from iterion_nb.store.postgres_store import schema_exists
+        from iterion_nb.store.postgres_store import split_url, store_exists
     except ImportError:  # psycopg missing: opening the store says so
         return
     try:
-        schema, exists = schema_exists(url)
-    except StoreError:  # a malformed URL: opening the store says so
+        split_url(url)
+    except StoreError:  # a malformed URL: opening the store says so, as a usage error
         return
-    if exists is False:
+    try:
+        schema, exists = store_exists(url)
+    except StoreError as err:  # the server is away or refuses us: said once, not twice
+        raise CliError(str(err)) from None
+    if not exists:
         raise CliError(
             f"no run store in schema '{schema}' of {mask_url(url)} (nothing was created:"
             " `iterion-nb run` makes one; ?schema=NAME names another)"
         )
 
 
+async def _off_loop(work: Callable[[], T]) -> T:
+    """``work()`` in a thread of its own, which this process does not wait for when it stops.
+
+    For blocking calls that may take long (connecting to a server that does not
+    answer): Ctrl-C and SIGTERM stop the command at once, as anywhere else.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():  # the command stopped meanwhile
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = work(), None
+        except BaseException as err:
+            result, error = None, err
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="iterion-cli-blocking", daemon=True).start()
+    return await done
+
+
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     _stop_on_signals()
     if args.command != "run":  # every other command is about runs already made
-        require_store(args.src if args.command == "store" else args.store)
+        spec = args.src if args.command == "store" else args.store
+        await _off_loop(lambda: require_store(spec))
     own = "follow" if args.command == "runs" and args.verb == "follow" else args.command
     if own in _OWN_WAY:  # commands with a course of their own (not one call on the store)
         return await _OWN_WAY[own](args, out)
     if args.command in ("run", "resume"):  # every file read and checked before a store opens
         return await _foreground(args, out, read_run_inputs(args))
     action = args.verb if args.command == "runs" else "cancel"
-    try:
-        result, remote = await _through_holder_or_file(args, action)
-    except RunOwnedError as err:
-        raise CliError(str(err), EXIT_OWNED) from None
-    except InvalidAnswerError as err:
-        # typed as text for a form (fields of their types): the way to send JSON helps
-        form = FORM_REFUSAL in str(err) and not getattr(args, "json_value", True)
-        raise CliError(f"{err}{JSON_HINT if form else ''}") from None
-    except BadTextError as err:  # what the person typed: a usage error
-        raise CliError(str(err), 2) from None
-    except IterionError as err:
-        raise CliError(str(err)) from None
+    result, remote = await _call(args, action)
     if action == "answers" and args.export is not None:
         return _export(result, args.export, out)
-    if action == "cancel" and result.get("status") in ("finished", "failed"):
-        raise CliError(f"run {args.run_id} already {result['status']}; nothing to cancel")
+    cancelled = result.get("status") if action == "cancel" and isinstance(result, dict) else None
+    if cancelled in ("finished", "failed"):
+        raise CliError(f"run {args.run_id} already {cancelled}; nothing to cancel")
     if not remote:
         _print(result, action, args.json, out, args)
         return 0
@@ -478,28 +507,49 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-async def _follow(args: argparse.Namespace, out: TextIO) -> int:
-    """``runs follow``: serves a DuckDB file meanwhile, so others can answer through it.
-
-    An answer that resumes the run resumes it in this process, as in any holder:
-    stopping the follow then stops the run, resumable, and says so.
-    """
-    session = _session(args.store, serve=True)
-    session.serve()  # a DuckDB file nobody held: answers come through this process
+async def _call(args: argparse.Namespace, action: str) -> tuple[Any, bool]:
+    """The command's call on the store; its refusals as messages and exit codes."""
     try:
-        return await follow_run(session, args, out)
-    except asyncio.CancelledError:  # Ctrl-C: the run goes on, unless an answer resumed it here
-        here = session.engine(args.run_id) is not None
-        sys.stderr.write(
-            _interrupted(args.run_id, args.store, cluster=False)
-            if here
-            else stopped_following(args)
-        )
-        raise
+        return await _through_holder_or_file(args, action)
+    except RunOwnedError as err:
+        raise CliError(str(err), EXIT_OWNED) from None
+    except InvalidAnswerError as err:
+        # typed as text for a form (fields of their types): the way to send JSON helps
+        form = FORM_REFUSAL in str(err) and not getattr(args, "json_value", True)
+        raise CliError(f"{err}{JSON_HINT if form else ''}") from None
+    except BadTextError as err:  # what the person typed: a usage error
+        raise CliError(str(err), 2) from None
+    except IterionError as err:
+        raise CliError(_with_resume(str(err), args)) from None
+    except CliError as err:  # from the holder's reply
+        raise CliError(_with_resume(str(err), args), err.code) from None
+
+
+async def _follow(args: argparse.Namespace, out: TextIO) -> int:
+    """``runs follow``: through the holder, or the file served meanwhile, or PostgreSQL.
+
+    A DuckDB file nobody held is served as the Jupyter server serves it: other
+    terminals answer through this process, which executes no workflow — a run
+    an answer sets going is resumed by whoever resumes it, never stopped here.
+    """
+    try:
+        store = open_served_store(args.store)
+    except IterionError as err:
+        raise CliError(str(err)) from None
+    try:
+        return await follow_run(store, args, out)
     except IterionError as err:
         raise CliError(str(err)) from None
     finally:
-        await session.close()
+        await store.close()
+
+
+def _with_resume(message: str, args: argparse.Namespace) -> str:
+    """A refusal that says only a resume takes the run on, with the command that does."""
+    if not message.endswith(RESUME_APPLIES_EXPIRY):
+        return message
+    where = f" --store {mask_url(args.store)}" if args.store else ""
+    return f"{message}: `iterion-nb resume {args.run_id}{where}`"
 
 
 async def _copy(args: argparse.Namespace, out: TextIO) -> int:
@@ -653,10 +703,22 @@ async def _foreground(args: argparse.Namespace, out: TextIO, inputs: RunInputs) 
     finally:
         await session.close()
     _print(result, "show", args.json, out)
-    if status in RESUMABLE_ENDS and not args.json:  # cancelled from elsewhere, failed, lost
-        where = f" --store {mask_url(args.store)}" if args.store else ""
-        out.write(f"`iterion-nb resume {handle.id}{where}` goes on from its checkpoint\n")
-    return 1 if status in ("failed", *RESUMABLE_ENDS) else 0
+    if not args.json:
+        out.write(_next_step(status, result, args))
+    return 1 if status in ("failed", "running", *RESUMABLE_ENDS) else 0
+
+
+def _next_step(status: str, result: dict[str, Any], args: argparse.Namespace) -> str:
+    """After ``run``/``resume``: what goes on from a run that did not finish or pause."""
+    run_id, where = result["id"], f" --store {mask_url(args.store)}" if args.store else ""
+    owner = result.get("owner")
+    if status == "running" or (status == "interrupted" and owner):  # another process took it
+        by = f" (pid {owner['pid']} on {owner['host']})" if owner else ""
+        return (f"run {run_id} is executed by another process now{by}:"
+                f" `iterion-nb runs follow {run_id}{where}`\n")  # fmt: skip
+    if status in RESUMABLE_ENDS:  # cancelled from elsewhere, failed on the way
+        return f"`iterion-nb resume {run_id}{where}` goes on from its checkpoint\n"
+    return ""
 
 
 async def _begin(session: Session, args: argparse.Namespace, inputs: RunInputs) -> RunHandle:

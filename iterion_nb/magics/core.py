@@ -24,7 +24,13 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, Markdown
 
-from iterion_nb.errors import CompileError, InvalidAnswerError, IterionError, NotFoundError
+from iterion_nb.errors import (
+    RESUME_APPLIES_EXPIRY,
+    CompileError,
+    InvalidAnswerError,
+    IterionError,
+    NotFoundError,
+)
 from iterion_nb.ir import analyze, compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.magics.display import Table, diagnostics_table
@@ -466,7 +472,10 @@ async def _guarded(
     except NotFoundError as err:
         raise UsageError(f"%iterion {args.verb}: {err}") from None
     except IterionError as err:
-        raise UsageError(f"%iterion {args.verb}: {err}") from None
+        said = str(err)
+        if said.endswith(RESUME_APPLIES_EXPIRY):  # how, from here
+            said += f": %iterion resume {args.run_id}"
+        raise UsageError(f"%iterion {args.verb}: {said}") from None
 
 
 def await_iterion(lines: list[str]) -> list[str]:

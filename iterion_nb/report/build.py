@@ -114,8 +114,10 @@ def format_for(path: str | os.PathLike[str] | None, fmt: str | None) -> str:
     return "md"
 
 
-def write_report(text: str, path: str | os.PathLike[str]) -> Path:
-    """Write a report, creating the directories missing on the way (CLI, notebook, Python).
+def write_report(text: str, path: str | os.PathLike[str], *, make_dirs: bool = True) -> Path:
+    """Write a report, creating the directories missing on the way unless ``make_dirs`` is false.
+
+    The CLI, the notebook and Python all make them.
 
     An unwritable place is a ReportError naming it and why.
     """
@@ -123,7 +125,8 @@ def write_report(text: str, path: str | os.PathLike[str]) -> Path:
     if target.is_dir():
         raise ReportError(f"cannot write the report to {target}: it is a directory")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if make_dirs:
+            target.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise ReportError(
             f"cannot write the report to {target}: a part of its directory is a file"

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from iterion_nb.errors import (
+    RESUME_APPLIES_EXPIRY,
     BadTextError,
     InvalidAnswerError,
     NotFoundError,
@@ -265,8 +266,7 @@ class AnswerService:
             return err  # a session that keeps the run parked applies on_expire itself
         return QuestionClosedError(
             err.interaction_id, err.ended, err.reason,
-            hint=f"run {run_id} stays paused until it is resumed (`iterion-nb resume {run_id}`,"
-            f" `%iterion resume {run_id}`), which applies the gate's on_expire",
+            hint=f"run {run_id} stays paused until it is resumed, {RESUME_APPLIES_EXPIRY}",
         )  # fmt: skip
 
     async def answer_human(

@@ -54,6 +54,7 @@ from iterion_nb.store.duckdb_rows import (
     interaction_from_row,
     message_from_row,
 )
+from iterion_nb.store.location import mask_secrets, mask_url, url_password
 from iterion_nb.store.postgres_base import (
     NOT_LANDED,
     OUTAGE_TIMEOUT,
@@ -101,20 +102,26 @@ def _connect_options(conninfo: str) -> dict[str, Any]:
     return options
 
 
-def schema_exists(url: str) -> tuple[str, bool | None]:
-    """The URL's schema, and whether it exists (``None``: the server could not be asked).
+def store_exists(url: str) -> tuple[str, bool]:
+    """The URL's schema, and whether it holds a store (any other schema does not).
 
     Creates nothing: for commands about runs already made, which must not turn
-    a misspelt ``schema=`` into a new, empty store. A server that cannot be
-    reached is left to opening the store to report.
+    a misspelt ``schema=`` — or ``public`` — into a new, empty store.
+
+    Raises:
+        StoreError: The server cannot be reached or refuses the connection
+            (the message as opening the store gives it, password masked).
     """
     conninfo, schema = split_url(url)
     try:
         with psycopg.connect(conninfo, **_connect_options(conninfo)) as conn:
-            found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
-            return schema, found.fetchone() is not None
-    except psycopg.Error:
-        return schema, None
+            found = conn.execute(
+                "SELECT to_regclass(format('%%I.iterion_meta', %s::text))", [schema]
+            ).fetchone()
+    except psycopg.Error as err:
+        said = f"cannot connect to the run store {mask_url(url)}: {err}"
+        raise StoreError(mask_secrets(said, url_password(url))) from None
+    return schema, found is not None and found[0] is not None
 
 
 def _artifact(row: tuple[Any, ...]) -> Artifact:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 
-from tests.cli.test_cli import run
-from tests.cli.test_follow import GATE, _start_waiting_run
+from tests.api.test_ownership import HOLDER
+from tests.cli.test_cli import SCRIPT, run
+from tests.cli.test_follow import GATE, WAITING, _start_waiting_run
 
 ONE_TOOL = 'tool hello:\n  command: "echo hi"\n\nworkflow w:\n  entry: hello\n  hello -> done\n'
 
@@ -77,9 +82,20 @@ def test_a_misspelt_postgresql_schema_is_no_store_and_is_not_created(
         assert refused.stderr.startswith(
             "iterion-nb: no run store in schema 'cli_typo_here' of postgresql://"
         ), refused.stderr
-    with psycopg.connect(postgres_url) as conn:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'cli_typo_here'")
         assert found.fetchone() is None
+        # a schema that is there but holds no store (another application's, say) is none either
+        conn.execute("CREATE SCHEMA IF NOT EXISTS cli_not_ours")
+        other = postgres_url + ("&" if "?" in postgres_url else "?") + "schema=cli_not_ours"
+        refused = run("runs", "list", "--store", other)
+        assert refused.returncode == 1 and "no run store in schema 'cli_not_ours'" in (
+            refused.stderr
+        )
+        tables = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'cli_not_ours'"
+        ).fetchone()
+        assert tables == (0,)
     made = _started(tmp_path, ONE_TOOL, url)  # `run` makes it
     listed = run("runs", "list", "--store", url)
     assert listed.returncode == 0 and str(made["id"]) in listed.stdout
@@ -127,10 +143,76 @@ def test_a_late_answer_to_a_gate_nothing_keeps_says_resume_applies_its_default(
     assert late.returncode == 1
     assert late.stderr == (
         f"iterion-nb: question '{question['id']}' expired unanswered; it takes no answer;"
-        f" run {run_id} stays paused until it is resumed (`iterion-nb resume {run_id}`,"
-        f" `%iterion resume {run_id}`), which applies the gate's on_expire\n"
+        f" run {run_id} stays paused until it is resumed, which applies the gate's on_expire:"
+        f" `iterion-nb resume {run_id} --store {store}`\n"
     )
     resumed = run("resume", run_id, "--store", store, "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     done = json.loads(resumed.stdout)
     assert (done["status"], done["outputs"]["gate"]) == ("finished", {"text": "no"})
+
+
+def test_a_postgresql_server_that_is_not_there_is_said_once(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql://someone:secret@127.0.0.1:{port}/db"
+    refused = run("runs", "list", "--store", url)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(
+        f"iterion-nb: cannot connect to the run store postgresql://someone:***@127.0.0.1:{port}/db:"
+    ), refused.stderr
+    assert refused.stderr.count("cannot connect") == 1 and "secret" not in refused.stderr
+
+
+def test_a_run_taken_over_while_its_command_was_frozen_says_who_has_it(tmp_path: Path) -> None:
+    """The command that lost its run points to where it goes on, not to a resume."""
+    store = tmp_path / "store" / "runs.duckdb"
+    store.parent.mkdir()
+    holder = subprocess.Popen(  # holds the file, as the Jupyter server would
+        [sys.executable, "-c", HOLDER, str(store)], stdout=subprocess.PIPE, text=True
+    )
+    runner = resumer = None
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        (tmp_path / "w.iter").write_text(WAITING)
+        runner = subprocess.Popen(
+            [str(SCRIPT), "run", "w.iter", "--store", str(store)], cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert runner.stdout is not None
+        run_id = runner.stdout.readline().split()[1]
+        runner.send_signal(signal.SIGSTOP)  # alive, but renews nothing: its lease lapses
+        deadline = time.monotonic() + 40
+        while _status(store, run_id) != "interrupted":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        resumer = subprocess.Popen(
+            [str(SCRIPT), "resume", run_id, "--store", str(store)], cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        while _status(store, run_id) != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        runner.send_signal(signal.SIGCONT)  # it finds its lease gone
+        out, err = runner.communicate(timeout=60)
+        assert runner.returncode == 1, (out, err)
+        assert (
+            f"run {run_id} is executed by another process now (pid {resumer.pid} on " in out
+            and f"`iterion-nb runs follow {run_id} --store {store}`" in out
+        ), out
+        assert "iterion-nb resume" not in out
+        (tmp_path / "go.txt").write_text("go")
+        assert resumer.wait(timeout=60) == 0
+    finally:
+        for proc in (runner, resumer, holder):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def _status(store: Path, run_id: str) -> str:
+    shown = run("runs", "show", run_id, "--store", str(store), "--json")
+    assert shown.returncode == 0, shown.stderr
+    return str(json.loads(shown.stdout)["status"])
