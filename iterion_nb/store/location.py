@@ -9,6 +9,7 @@ never taken for a path, so no stray local directory appears.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import re
 import stat
@@ -137,6 +138,26 @@ def _check_url(url: str) -> None:
             " (expected postgresql://[user[:password]@]host[:port]/database; a password"
             " with @, :, /, ? or # in it must be percent-encoded)"
         )
+    check_url_parameters(url, [key for key, _ in parse_qsl(urlsplit(url).query)])
+
+
+def check_url_parameters(url: str, keys: list[str]) -> None:
+    """Refuse a URL parameter that is neither ours nor libpq's, naming the one it likely meant.
+
+    (libpq would refuse it too, but only once connecting, and with no hint.)
+    Without psycopg installed there is nothing to check against: opening says so.
+    """
+    try:
+        from psycopg import pq
+    except ImportError:
+        return
+    known = {d.keyword.decode() for d in pq.Conninfo.get_defaults()}
+    known |= {"schema", "ssl"}  # ours; and libpq takes JDBC's ``ssl=true``
+    for key in keys:
+        if key not in known:
+            near = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {near[0]}=?)" if near else ""
+            raise StoreError(f"unknown parameter {key!r} in the store URL {mask_url(url)}{hint}")
 
 
 def _url_problem(url: str) -> str | None:

@@ -54,7 +54,7 @@ from iterion_nb.store.duckdb_rows import (
     interaction_from_row,
     message_from_row,
 )
-from iterion_nb.store.location import mask_secrets, mask_url, url_password
+from iterion_nb.store.location import check_url_parameters, mask_secrets, mask_url, url_password
 from iterion_nb.store.postgres_base import (
     NOT_LANDED,
     OUTAGE_TIMEOUT,
@@ -86,6 +86,7 @@ def split_url(url: str) -> tuple[str, str]:
     """
     parts = urlsplit(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
+    check_url_parameters(url, [key for key, _ in pairs])
     schemas = [value for key, value in pairs if key == "schema"]
     schema = check_schema_name(schemas[-1] if schemas else DEFAULT_SCHEMA)
     query = urlencode([(k, v) for k, v in pairs if k != "schema"])

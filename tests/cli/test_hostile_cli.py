@@ -170,6 +170,21 @@ def test_a_malformed_store_url_is_named_with_its_password_masked(url: str, tmp_p
     nothing_but(tmp_path)
 
 
+def test_a_misspelt_url_parameter_is_named_with_the_one_meant(tmp_path: Path) -> None:
+    url = "postgresql://u:s3cret@127.0.0.1:1/db?password=s3cret&schem=team_a"
+    for args, env in (
+        (["runs", "list", "--store", url], None),
+        (["run", str(MINIMAL), "--scenario", str(SCENARIO), "--store", url], None),
+        (["runs", "list"], {"ITERION_NB_STORE": url}),
+    ):
+        proc = cli(*args, cwd=tmp_path, env=env)
+        refused(proc, "unknown parameter 'schem' in the store URL", "(did you mean schema=?)")
+        assert "s3cret" not in proc.stderr
+    with pytest.raises(StoreError, match=r"unknown parameter 'sslmod'.*did you mean sslmode="):
+        Session("postgresql://u@127.0.0.1:1/db?sslmod=require", workdir=tmp_path)
+    nothing_but(tmp_path)
+
+
 def test_a_url_naming_several_hosts_is_taken_as_libpq_takes_it() -> None:
     from iterion_nb.store.location import check_store_spec
 
