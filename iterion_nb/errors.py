@@ -151,12 +151,23 @@ class RunOwnedError(ResumeError):
     questions are answered. Attributes name the owner.
     """
 
-    def __init__(self, run_id: str, pid: int, host: str, since: datetime) -> None:
+    def __init__(
+        self, run_id: str, pid: int, host: str, since: datetime, *, queued: bool = False
+    ) -> None:
         self.run_id = run_id
         self.pid = pid
         self.host = host
         self.since = since
+        #: Held for a cluster's worker (``pid``/``host``: the process that queued it).
+        self.queued = queued
         when = since.strftime("%Y-%m-%d %H:%M:%S UTC")
+        if queued:
+            super().__init__(
+                f"run '{run_id}' waits in a cluster's queue since {when} (queued by process"
+                f" {pid} on host '{host}'): the first worker that takes it up runs it; if"
+                " none does within a minute, it reads interrupted and can be resumed"
+            )
+            return
         super().__init__(
             f"run '{run_id}' is owned by process {pid} on host '{host}' since {when}: that"
             " process runs it (a paused run resumes there once its questions are answered);"

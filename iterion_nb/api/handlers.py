@@ -205,7 +205,8 @@ def api_error(err: IterionError) -> ApiError:
         return ApiError(409, "already_answered", str(err), existing=err.existing,
                         interaction_id=err.interaction_id)  # fmt: skip
     if isinstance(err, RunOwnedError):
-        owner = {"pid": err.pid, "host": err.host, "since": err.since.isoformat()}
+        owner = {"pid": err.pid, "host": err.host, "since": err.since.isoformat(),
+                 "queued": err.queued}  # fmt: skip
         return ApiError(409, "run_owned", str(err), run_id=err.run_id, owner=owner)
     if isinstance(err, LeaseLostError):
         return ApiError(409, "lease_lost", str(err), run_id=err.run_id)

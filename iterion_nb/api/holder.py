@@ -32,8 +32,9 @@ from iterion_nb.api.errlog import forget_this_thread, reroute_this_thread
 from iterion_nb.api.handlers import HEADER_READ_LIMIT, MAX_BODY, NotFoundHandler, routes
 from iterion_nb.api.service import RunService
 from iterion_nb.api.store_rpc import store_routes
-from iterion_nb.errors import ResumeError, RunError, RunOwnedError
+from iterion_nb.errors import ResumeError, RunError
 from iterion_nb.runtime.answers import AnswerService
+from iterion_nb.runtime.ownership import owned_error
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import RESUMABLE, RUN_STATUSES
 from iterion_nb.store.holder_file import (
@@ -282,7 +283,7 @@ class StoreService:
         """
         run = await self.store.get_run(run_id)
         if run.lease is not None:  # the store dropped it if it lapsed: its owner is alive
-            raise RunOwnedError(run.id, run.lease.pid, run.lease.host, run.lease.since)
+            raise owned_error(run.id, run.lease)
         if run.status not in RESUMABLE:
             raise ResumeError(f"run '{run_id}' is {run.status} and cannot be resumed")
         raise ResumeError(

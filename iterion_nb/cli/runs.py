@@ -252,18 +252,44 @@ async def _direct(args: argparse.Namespace, action: str, retried: bool = False) 
                 raise CliError(already_answered(interaction_json(first))) from None
             # the holder recorded it, then stopped before it could say so
             return {"queued": False, "resumed": False, "recorded_before": True}
-        latest = await service.get_run(args.run_id)
-        if is_cluster_run(latest):  # the cluster executes it: say where it stands, do not wait
-            outcome["cluster"] = True
-            outcome["status"] = latest.status
-            outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
-                session.store, latest
-            )
-        elif outcome["resumed"]:  # this process now runs the workflow until it settles
-            outcome["status"] = await session.run(args.run_id).wait()
-        return outcome
+        return await _after_answer(session, service, args.run_id, outcome)
     finally:
         await session.close()
+
+
+async def _after_answer(
+    session: Session, service: SessionService, run_id: str, outcome: dict[str, Any]
+) -> dict[str, Any]:
+    """Where the run stands once answered; waits for it while only this process can serve it.
+
+    A run the cluster executes (or that this answer resumed on it, whatever
+    executed it before) is not waited for — unless its store is a DuckDB file
+    this very process holds: the workers use the file through it, so it stays
+    until the run settles.
+    """
+    latest = await service.get_run(run_id)
+    on_cluster = is_cluster_run(latest) or (outcome["resumed"] and session.executor is not None)
+    if on_cluster:
+        outcome["cluster"] = True
+        if isinstance(session.store, DuckDBStore) and latest.status == "running":
+            sys.stderr.write(_SERVING_WORKERS.format(run_id=run_id, store=session.store.path))
+            sys.stderr.flush()
+            await session.run(run_id).wait()
+            latest = await service.get_run(run_id)
+        outcome["status"] = latest.status
+        outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
+            session.store, latest
+        )
+    elif outcome["resumed"]:  # this process now runs the workflow until it settles
+        outcome["status"] = await session.run(run_id).wait()
+    return outcome
+
+
+_SERVING_WORKERS = (
+    "iterion-nb: a cluster worker executes run {run_id} through this process, which holds"
+    " the run store {store}: serving it until the run finishes or pauses (a notebook or"
+    " JupyterLab that holds the store spares you this wait)\n"
+)
 
 
 async def _remote(client: HttpClient, args: argparse.Namespace, action: str) -> Any:

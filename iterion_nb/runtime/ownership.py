@@ -27,6 +27,8 @@ from iterion_nb.runtime.records import Lease, Run, RunStatus, encode_json
 
 #: How long a lease lasts without renewal (seconds).
 DEFAULT_TTL = 10.0
+#: Claimant ids of a cluster's queue (:meth:`Claimant.queue`).
+QUEUE_PREFIX = "queue-"
 #: How often an owner renews its leases (a fraction of the TTL).
 HEARTBEAT_SHARE = 0.25
 
@@ -59,6 +61,16 @@ class Claimant:
         """A new claimant for this process."""
         return cls(uuid.uuid4().hex, os.getpid(), this_host(), ttl)
 
+    @classmethod
+    def queue(cls, ttl: float) -> Claimant:
+        """A claimant that holds runs for a cluster until a worker takes them over.
+
+        Its leases last their ``ttl`` whether or not this process (which queued
+        the runs, and is named as who did) lives on: the runs wait in the
+        scheduler's queue, not here — a detached ``run`` exits at once.
+        """
+        return cls(QUEUE_PREFIX + uuid.uuid4().hex, os.getpid(), this_host(), ttl)
+
     def lease(self, now: datetime, since: datetime | None = None) -> Lease:
         """The lease this claimant holds from ``now`` (kept ``since`` when renewing)."""
         return Lease(self.id, self.pid, self.host, since or now, now + timedelta(seconds=self.ttl))
@@ -88,11 +100,20 @@ def lease_alive(lease: Lease | None, now: datetime) -> bool:
     """Whether ``lease`` still holds at ``now``.
 
     A lease lapses at its expiry; on this host it also ends as soon as its
-    process is gone (a restarted kernel's runs read as interrupted at once).
+    process is gone (a restarted kernel's runs read as interrupted at once) —
+    but for a cluster's queue, which outlives the process that queued the run.
     """
     if lease is None or lease.expires_at <= now:
         return False
+    if lease.owner.startswith(QUEUE_PREFIX):
+        return True
     return not (lease.host == _HOST and not pid_alive(lease.pid))
+
+
+def owned_error(run_id: str, lease: Lease) -> RunOwnedError:
+    """The refusal to take a run ``lease`` holds, naming its owner (or its cluster queue)."""
+    queued = lease.owner.startswith(QUEUE_PREFIX)
+    return RunOwnedError(run_id, lease.pid, lease.host, lease.since, queued=queued)
 
 
 def effective_status(run: Run, now: datetime) -> Run:
@@ -131,7 +152,7 @@ def check_acquire(
     held = run.lease
     handed = held is not None and take_from is not None and held.owner == take_from
     if held is not None and held.owner != owner.id and not handed:
-        raise RunOwnedError(run.id, held.pid, held.host, held.since)
+        raise owned_error(run.id, held)
     allowed = (*statuses, "running") if handed else statuses
     if run.status not in allowed:
         raise ResumeError(f"run '{run.id}' is {run.status} and cannot be resumed")
@@ -159,7 +180,7 @@ def check_import(current: Run | None, now: datetime) -> None:
         return
     held = effective_status(current, now).lease
     if held is not None:
-        raise RunOwnedError(current.id, held.pid, held.host, held.since)
+        raise owned_error(current.id, held)
 
 
 def settled_already(

@@ -240,7 +240,7 @@ class DaskExecutor:
     @staticmethod
     def queue_claimant() -> Claimant:
         """A claimant that holds a run for the cluster until a worker takes it over."""
-        return Claimant.here(QUEUE_TTL)
+        return Claimant.queue(QUEUE_TTL)
 
     def submit(self, run_id: str, take_from: str) -> None:
         """Execute ``run_id`` on a worker (the task outlives this client)."""

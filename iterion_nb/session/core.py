@@ -33,7 +33,7 @@ from iterion_nb.runtime.answers import (
     ready_to_resume,
 )
 from iterion_nb.runtime.engine import Engine, Outcome
-from iterion_nb.runtime.ownership import DEFAULT_TTL, Claimant
+from iterion_nb.runtime.ownership import DEFAULT_TTL, Claimant, owned_error
 from iterion_nb.runtime.ports import Backend, Store
 from iterion_nb.runtime.records import RESUMABLE, RunStatus, utcnow
 from iterion_nb.runtime.records import Run as RunRecord
@@ -290,7 +290,7 @@ class Session:
         record = record if record is not None else await self.store.get_run(run_id)
         if run_id in self._engines and record.lease is not None:
             lease = record.lease  # this very session runs it
-            raise RunOwnedError(run_id, lease.pid, lease.host, lease.since)
+            raise owned_error(run_id, lease)
         wf, text = self._workflow_for(record, workflow, force)
         if answers:  # refused as on every surface, before anything changes
             check_answered_by(answered_by)

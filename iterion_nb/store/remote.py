@@ -97,7 +97,8 @@ def _raise(status: int, body: dict[str, Any]) -> None:
             pid = int(owner["pid"])
         except (KeyError, TypeError, ValueError):
             raise ResumeError(str(message)) from None
-        raise RunOwnedError(str(body.get("run_id", "")), pid, str(owner.get("host")), since)
+        raise RunOwnedError(str(body.get("run_id", "")), pid, str(owner.get("host")), since,
+                            queued=owner.get("queued") is True)  # fmt: skip
     if code == "lease_lost":
         raise LeaseLostError(body.get("run_id", ""))
     if code == "not_resumable":

@@ -7,6 +7,7 @@ with ``ITERION_NB_STORE``), the setup docs/scale-out.md describes.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -237,6 +238,19 @@ async def test_detached_with_no_worker_up_the_cli_warns_and_the_first_worker_run
             " that comes up takes it\n"
         )
         assert not ran(chdir)
+        # the run waits in the scheduler's queue, not in the command that exited
+        shown = await asyncio.to_thread(
+            subprocess.run, [CLI, "runs", "show", run_id, "--json", "--store", store],
+            capture_output=True, text=True, timeout=60, cwd=chdir, check=False,
+        )  # fmt: skip
+        assert json.loads(shown.stdout)["status"] == "running", shown.stdout
+        again = await asyncio.to_thread(
+            subprocess.run, [CLI, "resume", run_id, "--store", store, "--cluster", cluster.address],
+            capture_output=True, text=True, timeout=60, cwd=chdir, check=False,
+        )  # fmt: skip
+        assert again.returncode == 3, again.stderr
+        assert f"run '{run_id}' waits in a cluster's queue since" in again.stderr
+        assert "the first worker that takes it up runs it" in again.stderr
         await asyncio.to_thread(cluster.add_worker)
 
         async def finished() -> bool:
@@ -344,3 +358,93 @@ async def test_postgresql_away_longer_than_a_lease_the_owner_keeps_its_run(
         await asyncio.to_thread(cluster.close)
     assert ran(chdir) == Counter({"t0": 1, "t1": 1, "t2": 1, "t3": 1})
     assert types.count("run_started") == 1 and "run_resumed" not in types, types
+
+
+def _cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    return subprocess.run(
+        [CLI, *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+GATE_THEN_SLOW = """\
+human gate:
+  instructions: "Ship it?"
+
+tool slow:
+  command: "echo slow-$PPID >> ran.txt; while [ ! -f go ]; do sleep 0.05; done"
+
+workflow w:
+  entry: gate
+  gate -> slow
+  slow -> done
+"""
+
+
+async def test_answering_a_run_started_here_resumes_it_on_the_cluster_and_returns(
+    chdir: Path, postgres_url: str
+) -> None:
+    """A run that executed in a CLI (no cluster) is answered with a cluster at hand:
+    the answering command hands it over and returns while the run goes on."""
+    store = schema_url(postgres_url)
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1, store)
+    flow = chdir / "flow.iter"
+    flow.write_text(GATE_THEN_SLOW)
+    try:
+        started = await asyncio.to_thread(_cli, chdir, "run", str(flow), "--store", store)
+        assert started.returncode == 0, started.stderr  # paused: no cluster involved
+        run_id = started.stdout.split()[1]
+        listed = await asyncio.to_thread(_cli, chdir, "runs", "questions", run_id,
+                                         "--store", store, "--json")  # fmt: skip
+        (question,) = json.loads(listed.stdout)["interactions"]
+        answered = await asyncio.to_thread(
+            _cli, chdir, "runs", "answer", run_id, question["id"], "yes", "--store", store,
+            env={"ITERION_NB_CLUSTER": cluster.address},
+        )  # fmt: skip
+        assert answered.returncode == 0, answered.stderr
+        assert (
+            answered.stdout == "answer recorded; a cluster worker resumed the run; it is running\n"
+        )
+        assert not (chdir / "go").exists()  # it returned while the slow node still runs
+        (chdir / "go").touch()
+        followed = await asyncio.to_thread(_cli, chdir, "runs", "follow", run_id,
+                                           "--store", store, "--timeout", "60")  # fmt: skip
+        assert followed.returncode == 0, followed.stderr
+        assert "finished" in followed.stdout.splitlines()[-1]
+    finally:
+        await asyncio.to_thread(cluster.close)
+    (line,) = (chdir / "ran.txt").read_text().split()
+    assert int(line.split("-")[1]) != os.getpid()
+
+
+async def test_answered_on_a_duckdb_store_nobody_else_holds_the_answer_serves_the_workers(
+    chdir: Path,
+) -> None:
+    """Workers use a DuckDB file through its holder: the answering command is that holder
+    until the run it handed to the cluster settles, and says so."""
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1)
+    flow = chdir / "flow.iter"
+    flow.write_text(GATE_THEN_SLOW)
+    (chdir / "go").touch()
+    store = str(chdir / "store")
+    try:
+        started = await asyncio.to_thread(
+            _cli, chdir, "run", str(flow), "--store", store, "--cluster", cluster.address
+        )
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.split()[1]
+        listed = await asyncio.to_thread(_cli, chdir, "runs", "questions", run_id,
+                                         "--store", store, "--json")  # fmt: skip
+        (question,) = json.loads(listed.stdout)["interactions"]
+        answered = await asyncio.to_thread(
+            _cli, chdir, "runs", "answer", run_id, question["id"], "yes", "--store", store,
+            env={"ITERION_NB_CLUSTER": cluster.address},
+        )  # fmt: skip
+        assert answered.returncode == 0, answered.stderr
+        assert f"a cluster worker executes run {run_id} through this process" in answered.stderr
+        assert answered.stdout == (
+            "answer recorded; a cluster worker resumed the run; it is finished\n"
+        )
+    finally:
+        await asyncio.to_thread(cluster.close)
+    assert len((chdir / "ran.txt").read_text().split()) == 1
