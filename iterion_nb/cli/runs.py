@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -364,10 +365,13 @@ class _Stopped:
     """Which signal stopped this command (``None``: none, or Ctrl-C)."""
 
     signum: int | None = None
+    #: Whether what the stop did to the run was said already (no second line then).
+    told = False
 
     @classmethod
     def clear(cls) -> None:
         cls.signum = None
+        cls.told = False
 
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
@@ -380,9 +384,15 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
     _Stopped.clear()
     try:
         return asyncio.run(_dispatch(args, out))
+    except KeyboardInterrupt:
+        if _Stopped.told:  # what became of the run was said: nothing to add
+            return 128 + signal.SIGINT
+        raise
     except asyncio.CancelledError:
         if _Stopped.signum is None:
             raise
+        if _Stopped.told:
+            return 128 + _Stopped.signum
         name = signal.Signals(_Stopped.signum).name
         raise CliError(f"stopped by {name}", 128 + _Stopped.signum) from None
 
@@ -506,8 +516,29 @@ async def _off_loop(work: Callable[[], T]) -> T:
     return await done
 
 
+def _quiet_dask(args: argparse.Namespace) -> None:
+    """Keep Dask's own log lines (a client that lost its scheduler ...) out of our output.
+
+    A command that may reach a cluster (``run``, ``resume``, ``runs answer``)
+    says in its own words what became of the run; Dask configures its loggers
+    when it is imported, so it is imported first.
+    """
+    verb = getattr(args, "verb", None)
+    if args.command not in ("run", "resume") and verb != "answer":
+        return
+    if not (getattr(args, "cluster", None) or os.environ.get(CLUSTER_ENV)):
+        return
+    try:
+        import distributed  # noqa: F401 - its logging configuration, set before ours
+    except ImportError:
+        return
+    for name in ("distributed", "distributed.client"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     _stop_on_signals()
+    await _off_loop(lambda: _quiet_dask(args))
     if args.command != "run":  # every other command is about runs already made
         spec = args.src if args.command == "store" else args.store
         await _off_loop(lambda: require_store(spec))
@@ -648,13 +679,14 @@ def _interrupted(run_id: str, store: str | None, cluster: bool, begun: bool = Tr
     ``begun`` is false when the stop came as the run was being recorded or taken
     up, before it executed: it is left for ``resume`` (``interrupted``), not cancelled.
     """
+    _Stopped.told = True
     where = f" --store {mask_url(store)}" if store else ""
     cause = "Ctrl-C"
     if _Stopped.signum is not None:
         cause = STOP_SIGNALS[signal.Signals(_Stopped.signum).name]
     if cluster:
-        return (f"iterion-nb: stopped following run {run_id}; it goes on on the cluster"
-                f" (`iterion-nb runs follow {run_id}{where}`)\n")  # fmt: skip
+        return (f"iterion-nb: stopped following run {run_id} ({cause}); the cluster goes on"
+                f" with it: `iterion-nb runs follow {run_id}{where}`\n")  # fmt: skip
     if not begun:
         return (f"iterion-nb: run {run_id} stopped ({cause}) as it started; `iterion-nb"
                 f" resume {run_id}{where}` goes on from its checkpoint\n")  # fmt: skip

@@ -244,6 +244,7 @@ def test_under_nohup_a_hangup_is_still_ignored(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert "cancelled (SIGTERM)" in err
+    assert "stopped by SIGTERM" not in err  # said once
 
 
 @pytest.mark.parametrize(
@@ -398,12 +399,15 @@ def test_a_second_answer_says_who_answered_what_and_a_stopped_run_says_how_to_go
         again = run("runs", "answer", run_id, first, "casual", "--store", store)  # the holder
         assert (again.returncode, again.stdout, again.stderr) == (1, "", refused)
         proc.send_signal(signal.SIGINT)  # the run is cancelled: nothing executes it now
-        proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 130
+    # one line says what became of the run; no second, vaguer one
+    assert err.splitlines()[-1].startswith(f"iterion-nb: run {run_id} cancelled (Ctrl-C);"), err
+    assert "iterion-nb: interrupted" not in err
     again = run("runs", "answer", run_id, first, "casual", "--store", store)  # on the file
     assert (again.returncode, again.stdout, again.stderr) == (1, "", refused)
     stored = run("runs", "answer", run_id, second, "the inbox", "--store", store)

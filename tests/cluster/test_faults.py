@@ -448,3 +448,42 @@ async def test_answered_on_a_duckdb_store_nobody_else_holds_the_answer_serves_th
     finally:
         await asyncio.to_thread(cluster.close)
     assert len((chdir / "ran.txt").read_text().split()) == 1
+
+
+async def test_the_cli_following_a_run_says_nothing_of_dasks_own_when_the_scheduler_dies(
+    chdir: Path, postgres_url: str
+) -> None:
+    """Its Dask client gives up on a scheduler away for over 10 s: no log line of Dask's
+    reaches the terminal, and the command follows the run to its end once the cluster is
+    back."""
+    store = schema_url(postgres_url)
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1, store)
+    flow = chdir / "flow.iter"
+    flow.write_text(chain(3, slow=1))
+    proc = subprocess.Popen(
+        [CLI, "run", str(flow), "--store", store, "--cluster", cluster.address],
+        cwd=chdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+
+        async def in_flight() -> bool:
+            return ran(chdir)["t1"] == 1
+
+        await until(in_flight, timeout=60)
+        cluster.scheduler.kill()
+        await asyncio.to_thread(cluster.scheduler.wait)
+        await asyncio.to_thread(cluster.wait_workers_gone)
+        await asyncio.sleep(12)  # the command's client gives up after 10 s
+        cluster.scheduler = await asyncio.to_thread(cluster._scheduler)
+        (chdir / "go").touch()
+        await asyncio.to_thread(cluster.add_worker)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await asyncio.to_thread(cluster.close)
+    assert proc.returncode == 0, err
+    assert "(w): finished" in out, out
+    assert "distributed" not in err and "Traceback" not in err, err
+    assert ran(chdir)["t2"] == 1
