@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -41,20 +42,31 @@ from iterion_nb.runtime.lifecycle import FORM_REFUSAL
 from iterion_nb.runtime.records import Run
 from iterion_nb.runtime.values import preset_values, resolve_vars
 from iterion_nb.session import Session
+from iterion_nb.session.cluster import CLUSTER_ENV, DaskExecutor
 from iterion_nb.session.launch import answers_yaml, attachment_values, read_answers
-from iterion_nb.store.location import is_store_url, resolve_store_path, store_url
+from iterion_nb.store.location import (
+    is_store_url,
+    mask_secrets,
+    resolve_store_path,
+    store_url,
+    url_password,
+)
 from iterion_nb.widgets import InboxWidget
 
 #: Sessions by store file, kept across ``%reload_ext`` so live runs stay reachable.
 _SESSIONS: dict[Path | str, Session] = {}
 #: The store the magics used last (also kept across ``%reload_ext``).
 _LAST: list[Path | str] = []
+#: Sessions whose cluster (``ITERION_NB_CLUSTER``'s) did not answer: the next magic reads it again.
+_UNREACHED: weakref.WeakSet[Session] = weakref.WeakSet()
 BACKENDS = ("claw", "claude_code")
 _CALL = re.compile(r"(?<!await )(get_ipython\(\)\.run_(?:line|cell)_magic\('iterion',)")
 
 
 #: A value IPython could not expand (``{expr}`` or ``$name`` left as typed).
-_UNEXPANDED = re.compile(r"\{([A-Za-z_][\w.]*(?:\[[^\]{}]*\])*)\}|\$([A-Za-z_]\w*)")
+_UNEXPANDED = re.compile(
+    r"\{([A-Za-z_][\w.]*(?:\[[^\]{}]*\])*)\}|\$([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -146,19 +158,24 @@ class IterionMagics(Magics):
         """The session on ``store`` (default: the last store used, else the default one).
 
         A store is a DuckDB path or a ``postgresql://`` URL (used as given).
+        A store that fails to open is not remembered: the next magic without
+        ``--store`` uses the one before it.
         """
         key: Path | str
-        if store:
-            key = store if is_store_url(store) else resolve_store_path(store)
-        else:
-            key = _LAST[-1] if _LAST else (store_url() or resolve_store_path(None))
-        _LAST[:] = [key]
-        session = _SESSIONS.get(key)
-        if session is None or getattr(session.store, "closed", False):
-            try:
+        try:
+            if store:
+                key = store if is_store_url(store) else resolve_store_path(store)
+            else:
+                key = _LAST[-1] if _LAST else (store_url() or resolve_store_path(None))
+            session = _SESSIONS.get(key)
+            if session is None or getattr(session.store, "closed", False):
                 session = _SESSIONS[key] = Session(key)
-            except IterionError as err:
-                raise UsageError(f"%iterion: {err}") from None
+            elif session in _UNREACHED:
+                _recluster(session)
+        except IterionError as err:  # one line (a driver's message may span several), masked
+            said, password = " ".join(str(err).split()), url_password(store or store_url() or "")
+            raise UsageError(f"%iterion: {mask_secrets(said, password)}") from None
+        _LAST[:] = [key]  # only once it opened
         return session
 
     def _scenario(self, expr: str | None) -> Any:
@@ -195,7 +212,11 @@ class IterionMagics(Magics):
         return Deferred(loop.create_task(coro), what)
 
     def _expanded(self, prog: str, *values: str | None) -> None:
-        """Refuse a value IPython left unexpanded, saying why (``{run.id}`` of no ``run``)."""
+        """Refuse a value IPython left unexpanded, saying why.
+
+        Either it names nothing (``{run.id}`` of no ``run``), or IPython did not
+        expand it although it could be (see :func:`_not_expanded`).
+        """
         for value in values:
             for match in _UNEXPANDED.finditer(value or ""):
                 expr = match.group(1) or match.group(2)
@@ -205,6 +226,7 @@ class IterionMagics(Magics):
                     raise UsageError(
                         f"{prog}: cannot expand {match.group(0)}: {type(err).__name__}: {err}"
                     ) from None
+                raise UsageError(_not_expanded(prog, match.group(0), expr))
 
     # -- %%iterion -----------------------------------------------------------
     @cell_magic("iterion")  # type: ignore[arg-type]
@@ -256,10 +278,15 @@ class IterionMagics(Magics):
         self._warn_if_underscore_is_taken()
 
         async def start() -> LiveRun:
-            await session.start(
-                wf, values, run_id=run_id, source=cell, scenario=scenario, backend=args.backend,
-                answers=pins, answers_from=args.answers_from, attachments=files,
-            )  # fmt: skip
+            await _reach_cluster(session, "%%iterion --run")
+            try:
+                await session.start(
+                    wf, values, run_id=run_id, source=cell, scenario=scenario,
+                    backend=args.backend, answers=pins, answers_from=args.answers_from,
+                    attachments=files,
+                )  # fmt: skip
+            except IterionError as err:
+                raise UsageError(f"%%iterion --run: {err}") from None
             return LiveRun(session, run_id, wf)
 
         return self._awaitable(start(), "%%iterion --run")
@@ -377,6 +404,7 @@ class IterionMagics(Magics):
                 f"%iterion resume: run {args.run_id!r} uses the scripted model and recorded no"
                 " scenario: pass --scenario EXPR (a dict or a file)"
             )
+        await _reach_cluster(session, "%iterion resume")
         await session.resume(args.run_id, force=args.force, scenario=scenario, answered_by="magic")
         if scenario is not None:
             print(f"resuming run {args.run_id} with the scenario given (--scenario)")
@@ -455,6 +483,61 @@ def _scripted(run: Run) -> bool:
         if model is not None and model.render(lambda _path: "").startswith("scripted"):
             return True
     return False
+
+
+def _not_expanded(prog: str, typed: str, expr: str) -> str:
+    """Why IPython left ``typed`` (whose ``expr`` it could have evaluated) as typed, and what works.
+
+    IPython leaves a whole line as typed when a ``{…}`` in it is not Python it
+    can evaluate (a JSON's braces), and expands no ``$name`` inside single
+    quotes (nor before a quoted ``{…}``); ``{name}``, with the other braces
+    doubled, expands in every case.
+    """
+    why = "IPython leaves a whole line as typed when a {…} in it is not Python it can evaluate"
+    why += ", such as a JSON's braces"
+    how = "double any other braces"
+    if typed.startswith("$"):
+        why += ", and expands no $name inside single quotes"
+        how = f"write {{{expr}}} instead and {how}"
+    if prog == "%iterion answer":
+        how += (
+            """: %iterion answer {gid} {iid} --json '{{"ship": true}}'"""
+            " (or --json '{payload}', payload a JSON string)"
+        )
+    return f"{prog}: {typed} was not expanded ({why}): {how}"
+
+
+async def _reach_cluster(session: Session, prog: str) -> None:
+    """Reach the session's Dask cluster, if it has one; one line naming its address if not.
+
+    A session of the magics takes its cluster from ``ITERION_NB_CLUSTER`` (they
+    give it none), so the message names the variable and how to change it; the
+    next magic reads the variable again (see :func:`_recluster`).
+    """
+    if session.executor is None:
+        return
+    try:
+        await session.executor.connected()
+    except IterionError as err:
+        _UNREACHED.add(session)
+        raise UsageError(
+            f"{prog}: {err} — the address is {CLUSTER_ENV}'s: set it to a Dask scheduler's"
+            f" (%env {CLUSTER_ENV}=tcp://HOST:8786), or to nothing to run in this kernel"
+            f" (%env {CLUSTER_ENV}=), and run this again"
+        ) from None
+
+
+def _recluster(session: Session) -> None:
+    """Give a session whose cluster never answered the one ``ITERION_NB_CLUSTER`` names now.
+
+    It never reached its cluster, so it started and resumed no run: nothing
+    depends on its executor, and the widgets and handles that use it stay live.
+    """
+    _UNREACHED.discard(session)
+    old = session.executor
+    cluster = os.environ.get(CLUSTER_ENV) or None
+    if old is not None and cluster != old.cluster:
+        session.executor = None if cluster is None else DaskExecutor(cluster, old.store_spec)
 
 
 async def _nothing() -> None:

@@ -542,3 +542,100 @@ def test_a_cell_run_takes_a_preset(
     _, err = capsys.readouterr()
     assert not result.success and err.startswith("UsageError:") and err.count("\n") == 1
     assert "no preset 'coffee' in workflow 'notes' (presets: tea)" in err
+
+
+@pytest.mark.parametrize("bad", ["postgresql://u:hunter2@127.0.0.1:1/db", "a_file"])
+def test_a_store_that_fails_to_open_is_not_remembered(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    (tmp_path / "a_file").write_text("not a store")  # a path that is a file: no store there
+    shell.user_ns["bad"] = bad if "://" in bad else str(tmp_path / bad)
+    handle = ok(shell, "%%iterion --run --store $store\n" + FORM_GATE)
+    capsys.readouterr()
+    result = run(shell, "%iterion runs --store $bad")
+    err = capsys.readouterr().err
+    assert not result.success
+    assert err.startswith("UsageError: %iterion: ") and err.count("\n") == 1, err
+    assert "hunter2" not in err
+    # the next magic without --store uses the store before: the failing one is not remembered
+    table = ok(shell, "%iterion runs --limit 1")
+    assert handle.id in repr(table) and "shipping" in repr(table)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # a port the system just gave out: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_naming_the_variable(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("ITERION_NB_CLUSTER", address)
+    began = time.monotonic()
+    result = run(shell, "%%iterion --run --store $store\n" + FORM_GATE)
+    err = capsys.readouterr().err
+    assert not result.success
+    assert time.monotonic() - began < 5  # nothing listens: said at once
+    assert err.startswith("UsageError: %%iterion --run: no Dask scheduler at") and address in err
+    assert "the address is ITERION_NB_CLUSTER's" in err and "%env ITERION_NB_CLUSTER=" in err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    # as it says: with the variable set to nothing, the same cell runs in this kernel
+    ok(shell, "%env ITERION_NB_CLUSTER=")
+    handle = ok(shell, "%%iterion --run --store $store\n" + FORM_GATE)
+    shell.user_ns["r"] = handle
+    assert ok(shell, "%iterion wait {r.id}") == "paused_waiting_human"
+    assert ok(shell, "%iterion cancel {r.id}") == "cancelled"
+
+
+def test_a_resume_on_a_cluster_that_does_not_answer_names_the_variable(
+    shell: InteractiveShell,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ok(shell, "import iterion_nb as it\nother = it.Session(store + '-r', cluster=False)")
+    ok(shell, "h = await other.start(it.compile(WF), vars={'topic': 't'}, scenario=scenario)")
+    ok(shell, "await h.cancel()\nawait other.close()")
+    monkeypatch.setenv("ITERION_NB_CLUSTER", f"tcp://127.0.0.1:{_closed_port()}")
+    result = run(shell, "%iterion resume {h.id} --store {store + '-r'}")
+    err = capsys.readouterr().err
+    assert not result.success
+    assert err.startswith("UsageError: %iterion resume: no Dask scheduler at"), err
+    assert "the address is ITERION_NB_CLUSTER's" in err and err.count("\n") == 1, err
+
+
+def test_a_name_ipython_left_as_typed_beside_json_braces_is_refused_saying_what_works(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handle = ok(shell, "%%iterion --run --store $store\n" + FORM_GATE)
+    shell.user_ns["r"] = handle
+    assert ok(shell, "%iterion wait {r.id}") == "paused_waiting_human"
+    ok(shell, "q = (await r.pending_questions())[0]\ngid, iid = r.id, q.id")
+    capsys.readouterr()
+    # the JSON's braces are no Python: IPython leaves the whole line as typed, $gid too
+    result = run(shell, """%iterion answer $gid $iid --json '{"ship": true, "note": "x"}'""")
+    err = capsys.readouterr().err
+    assert not result.success and err.count("\n") == 1, err
+    assert err.startswith("UsageError: %iterion answer: $gid was not expanded (IPython leaves")
+    assert "write {gid} instead" in err and "no run" not in err
+    said = """%iterion answer {gid} {iid} --json '{{"ship": true}}'"""  # what the message says
+    assert said in err
+    expanded = f"""%iterion answer {handle.id} {shell.user_ns["iid"]} --json '{{"ship": true}}'"""
+    assert shell.var_expand(said) == expanded  # (IPython expands it so)
+    # doubled braces alone do not do: IPython expands no $name before a quoted {…}
+    result = run(shell, """%iterion answer $gid $iid --json '{{"ship": true}}'""")
+    assert not result.success and "$gid was not expanded" in capsys.readouterr().err
+    # nor a {name} in a line whose other braces it cannot evaluate
+    result = run(shell, """%iterion answer {r.id} {q.id} --json '{"ship": true}'""")
+    err = capsys.readouterr().err
+    assert not result.success and "{r.id} was not expanded" in err, err
+    # what works: {name}s, and the JSON in a variable
+    shell.user_ns["payload"] = '{"ship": true}'
+    answered = ok(shell, "%iterion answer {gid} {iid} --json '{payload}'")
+    assert answered["resumed"] is True
