@@ -13,9 +13,10 @@ import difflib
 import os
 import re
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
 from iterion_nb.errors import StoreError
 from iterion_nb.safe_input import shown_path
@@ -34,6 +35,9 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 # while "postgresql:/x" (a URL whose "//" a path normalisation swallowed) is a URL.
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):/")
 _SECRET_PARAMS = ("password", "sslpassword")
+#: The URL parameter that is ours (the PostgreSQL schema), not libpq's.
+SCHEMA_PARAM = "schema"
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 def is_store_url(spec: str | os.PathLike[str]) -> bool:
@@ -73,10 +77,14 @@ _USERINFO_ANYWHERE = re.compile(r"(?P<head>^[A-Za-z][A-Za-z0-9+.\-]*://).*@", re
 #: A URL's password in running text: ``scheme://user:PASSWORD@``.
 _URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:)[^\s/]*@")
 #: A password given as a parameter, in a URL's query or a libpq connection string:
-#: ``password=…`` up to ``&`` or a space, or quoted ``password='…'``.
+#: ``password=…`` up to ``&``, a space or a quote, or quoted ``password='…'``.
 _PARAM_PASSWORD = re.compile(
-    r"(?P<head>\b(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&'\"]*)", re.IGNORECASE
+    r"(?P<head>\b(?:ssl)?password\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^\s&'\"]*)",
+    re.IGNORECASE,
 )
+_MASK = "***"
+#: What may follow a password in running text, up to the next space: punctuation.
+_TRAILING = re.compile(r"[:;,.!?)\]}>]*")
 
 
 def mask_secrets(text: str, password: str | None = None) -> str:
@@ -86,12 +94,40 @@ def mask_secrets(text: str, password: str | None = None) -> str:
     a ``password=`` parameter of a URL or connection string — and
     ``password`` (the store's own, see :func:`url_password`) also wherever it
     appears as a whole word, never inside another word: a password ``p``
-    leaves ``postgresql`` as it is.
+    leaves ``postgresql`` as it is. A ``password=`` parameter holding the
+    store's own password (or ``***``, masked already) is masked exactly, so
+    the text that follows it (``: connection failed``) stays; one holding
+    another password is masked up to the next space, ``&`` or quote, since
+    where it ends is unknown (a password may hold ``:``).
     """
-    text = _PARAM_PASSWORD.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***@", text))
+    text = _URL_PASSWORD.sub(r"\g<head>***@", text)
+    forms = _written_forms(password)
+    text = _PARAM_PASSWORD.sub(lambda m: m["head"] + _masked_value(m["value"], forms), text)
     if password:
-        text = re.sub(rf"(?<!\w){re.escape(password)}(?!\w)", "***", text)
+        text = re.sub(rf"(?<!\w){re.escape(password)}(?!\w)", _MASK, text)
     return text
+
+
+def _written_forms(password: str | None) -> list[str]:
+    """How ``password`` may be written in a text: as is, or percent-encoded; longest first."""
+    if not password:
+        return []
+    forms = {password, quote(password, safe=""), quote_plus(password, safe=""), quote(password)}
+    return sorted(forms, key=len, reverse=True)
+
+
+def _masked_value(value: str, forms: list[str]) -> str:
+    """A ``password=`` parameter's value masked, keeping the punctuation after a known password.
+
+    Only with the store's password known (``forms``): its value, or ``***``,
+    followed by punctuation only (``:``, ``,``, ``)``…, up to the next space)
+    is that password, then running text. Anything else is masked whole.
+    """
+    if forms and not value.startswith("'"):
+        for form in [*forms, _MASK]:
+            if value.startswith(form) and _TRAILING.fullmatch(value[len(form) :]):
+                return _MASK + value[len(form) :]
+    return _MASK
 
 
 def url_password(url: str) -> str | None:
@@ -138,26 +174,66 @@ def _check_url(url: str) -> None:
             " (expected postgresql://[user[:password]@]host[:port]/database; a password"
             " with @, :, /, ? or # in it must be percent-encoded)"
         )
-    check_url_parameters(url, [key for key, _ in parse_qsl(urlsplit(url).query)])
+    check_url_parameters(url, parse_qsl(urlsplit(url).query, keep_blank_values=True))
 
 
-def check_url_parameters(url: str, keys: list[str]) -> None:
-    """Refuse a URL parameter that is neither ours nor libpq's, naming the one it likely meant.
+def check_url_parameters(url: str, pairs: Sequence[tuple[str, str]]) -> None:
+    """Refuse the URL's parameters (``pairs``) that libpq or we would refuse, once connecting.
 
-    (libpq would refuse it too, but only once connecting, and with no hint.)
-    Without psycopg installed there is nothing to check against: opening says so.
+    A parameter that is neither ours nor libpq's (naming the one it likely
+    meant; without psycopg installed there is nothing to check it against:
+    opening says so), one given twice (libpq would silently take the last),
+    and a ``schema`` name :func:`check_schema_name` refuses.
     """
+    keys = [key for key, _ in pairs]
+    _check_known(url, keys)
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise StoreError(
+            f"the parameter {twice[0]}= is given more than once in the store URL"
+            f" {mask_url(url)}: give it once"
+        )
+    for key, value in pairs:
+        problem = _schema_problem(value) if key == SCHEMA_PARAM else None
+        if problem is not None:
+            raise StoreError(f"schema={value!r} in the store URL {mask_url(url)}: {problem}")
+
+
+def _check_known(url: str, keys: list[str]) -> None:
+    """Refuse a parameter that is neither ours nor libpq's (libpq would, with no hint)."""
     try:
         from psycopg import pq
     except ImportError:
         return
     known = {d.keyword.decode() for d in pq.Conninfo.get_defaults()}
-    known |= {"schema", "ssl"}  # ours; and libpq takes JDBC's ``ssl=true``
+    known |= {SCHEMA_PARAM, "ssl"}  # ours; and libpq takes JDBC's ``ssl=true``
     for key in keys:
         if key not in known:
             near = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean {near[0]}=?)" if near else ""
             raise StoreError(f"unknown parameter {key!r} in the store URL {mask_url(url)}{hint}")
+
+
+def check_schema_name(name: str) -> str:
+    """``name`` if it can name our schema (letters, digits, ``_``; at most 63; not ``pg_…``).
+
+    Raises:
+        StoreError: It cannot.
+    """
+    problem = _schema_problem(name)
+    if problem is not None:
+        raise StoreError(f"schema={name!r}: {problem}")
+    return name
+
+
+def _schema_problem(name: str) -> str | None:
+    if not name:
+        return "a schema name cannot be empty (leave schema= out for the default, iterion_nb)"
+    if not _SCHEMA_NAME.match(name):
+        return "a schema name is a letter or '_' then letters, digits or '_', at most 63 characters"
+    if name.startswith("pg_"):
+        return "names starting with 'pg_' are PostgreSQL's own"
+    return None
 
 
 def _url_problem(url: str) -> str | None:

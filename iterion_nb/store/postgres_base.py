@@ -79,6 +79,78 @@ OUTAGE_TIMEOUT = 300.0
 CONNECTION_WAIT = 30.0
 
 
+#: psycopg_pool's logger, and its line for each failed attempt to (re)connect.
+POOL_LOGGER = "psycopg.pool"
+_CONNECT_ERROR = "error connecting in %r: %s"
+#: Seconds between two lines of one outage (after its first).
+OUTAGE_LOG_INTERVAL = 60.0
+
+
+class OutageLogFilter(logging.Filter):
+    """On psycopg_pool's logger: one "error connecting" line per pool and outage, not one a try.
+
+    The pool tries to reconnect again and again while the server is away,
+    and logs each failure: hundreds of lines over an outage the store waits
+    through. This passes the first, then at most one every
+    :data:`OUTAGE_LOG_INTERVAL` seconds (saying how many it held back); the
+    store calls :meth:`back` when the pool connects again, which logs one
+    line and ends the outage. Every other message of the logger passes.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: Pool name -> (when its outage began, when a line was last shown, lines held back).
+        self._outages: dict[str, tuple[float, float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` is shown (a shown "error connecting" line says what it held back)."""
+        if record.msg != _CONNECT_ERROR or not isinstance(record.args, tuple) or not record.args:
+            return True
+        name, now = str(record.args[0]), self._clock()
+        with self._lock:
+            outage = self._outages.get(name)
+            if outage is None:  # the first failure of an outage: shown
+                self._outages[name] = (now, now, 0)
+                note = "the pool keeps trying; its next failures are logged once a minute at most"
+            else:
+                began, shown, held = outage
+                if now - shown < OUTAGE_LOG_INTERVAL:
+                    self._outages[name] = (began, shown, held + 1)
+                    return False
+                self._outages[name] = (began, now, 0)
+                note = f"still failing after {now - began:.0f} s; {held} failed attempts not shown"
+        record.msg = f"{_CONNECT_ERROR} ({note})"
+        return True
+
+    def back(self, name: str) -> None:
+        """The pool ``name`` connected: if an outage was logged, say it is over."""
+        with self._lock:
+            outage = self._outages.pop(name, None)
+        if outage is not None:
+            began, _, held = outage
+            logging.getLogger(POOL_LOGGER).warning(
+                "connected again in %r after %.1f s (%d failed attempts not shown)",
+                name, self._clock() - began, held,
+            )  # fmt: skip
+
+
+_FILTER_LOCK = threading.Lock()
+
+
+def outage_log_filter() -> OutageLogFilter:
+    """The :class:`OutageLogFilter` on psycopg_pool's logger, installed there on first use."""
+    logger = logging.getLogger(POOL_LOGGER)
+    with _FILTER_LOCK:
+        for found in logger.filters:
+            if isinstance(found, OutageLogFilter):
+                return found
+        installed = OutageLogFilter()
+        logger.addFilter(installed)
+        return installed
+
+
 #: A write's settling check found it did not land: the call may simply be made again.
 NOT_LANDED: Any = object()
 #: How a write whose connection was lost finds out whether it landed: its result if it

@@ -14,16 +14,14 @@ JSON payloads are TEXT holding our exact JSON (jsonb would reorder keys).
 from __future__ import annotations
 
 import hashlib
-import re
 
 from psycopg import AsyncConnection, sql
 
-from iterion_nb.errors import StoreError, StoreFileError
+from iterion_nb.errors import StoreFileError
 from iterion_nb.store.duckdb_schema import APP_MARK
 
 #: The schema the tables live in when the URL does not say ``?schema=``.
 DEFAULT_SCHEMA = "iterion_nb"
-_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -131,20 +129,6 @@ MIGRATIONS: list[tuple[int, str]] = [
 ]
 
 LATEST = MIGRATIONS[-1][0]
-
-
-def check_schema_name(name: str) -> str:
-    """``name`` if it can name our schema (letters, digits, ``_``; at most 63).
-
-    Raises:
-        StoreError: It cannot.
-    """
-    if not _SCHEMA_NAME.match(name):
-        raise StoreError(
-            f"schema={name!r}: a schema name is a letter or '_' then letters, digits"
-            " or '_', at most 63 characters"
-        )
-    return name
 
 
 def channel_for(schema: str) -> str:

@@ -54,18 +54,26 @@ from iterion_nb.store.duckdb_rows import (
     interaction_from_row,
     message_from_row,
 )
-from iterion_nb.store.location import check_url_parameters, mask_secrets, mask_url, url_password
+from iterion_nb.store.location import (
+    SCHEMA_PARAM,
+    check_schema_name,
+    check_url_parameters,
+    mask_secrets,
+    mask_url,
+    url_password,
+)
 from iterion_nb.store.postgres_base import (
     NOT_LANDED,
     OUTAGE_TIMEOUT,
     Conn,
     check_lent,
     check_text,
+    outage_log_filter,
 )
 from iterion_nb.store.postgres_listener import Listener
 from iterion_nb.store.postgres_questions import PgQuestions
 from iterion_nb.store.postgres_runs import INTERACTION_VALUES, interaction_params
-from iterion_nb.store.postgres_schema import DEFAULT_SCHEMA, check_schema_name, migrate
+from iterion_nb.store.postgres_schema import DEFAULT_SCHEMA, migrate
 
 log = logging.getLogger("iterion_nb.store.postgres")
 
@@ -82,14 +90,15 @@ def split_url(url: str) -> tuple[str, str]:
     """The URL to connect with (our ``schema`` parameter removed) and the schema name.
 
     Raises:
-        StoreError: The schema name is not one we accept.
+        StoreError: A parameter is unknown or given twice, or the schema name
+            is not one we accept (see :func:`~iterion_nb.store.location.check_url_parameters`).
     """
     parts = urlsplit(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    check_url_parameters(url, [key for key, _ in pairs])
-    schemas = [value for key, value in pairs if key == "schema"]
-    schema = check_schema_name(schemas[-1] if schemas else DEFAULT_SCHEMA)
-    query = urlencode([(k, v) for k, v in pairs if k != "schema"])
+    check_url_parameters(url, pairs)
+    schemas = [value for key, value in pairs if key == SCHEMA_PARAM]
+    schema = check_schema_name(schemas[0] if schemas else DEFAULT_SCHEMA)
+    query = urlencode([(k, v) for k, v in pairs if k != SCHEMA_PARAM])
     return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment)), schema
 
 
@@ -146,6 +155,7 @@ class PostgresStore(PgQuestions):
     ) -> None:
         super().__init__(url, schema, doorbell, clock, new_id, flush_rows, flush_interval)
         self._conninfo = conninfo
+        self._pool_name = f"iterion-nb:{schema}"
         self._listener = Listener(self._channel, doorbell, self._listen_again)
 
     # -- opening -----------------------------------------------------------
@@ -155,6 +165,11 @@ class PostgresStore(PgQuestions):
             "SELECT set_config('TimeZone', 'UTC', false), set_config('search_path', %s, false)",
             [sql.Identifier(self.schema).as_string(conn)],
         )
+
+    async def _configure_pooled(self, conn: Conn) -> None:
+        """Every pooled connection: configured; and an outage the pool logged is over."""
+        await self._configure(conn)
+        outage_log_filter().back(self._pool_name)
 
     async def _open(self, conninfo: str, pool_size: int) -> None:
         """On the loop: connect, migrate, listen, then open the pool and the flusher."""
@@ -179,10 +194,10 @@ class PostgresStore(PgQuestions):
         except BaseException:
             await conn.close()
             raise
+        outage_log_filter()  # its retries while the server is away: one line, not hundreds
         self._pool = psycopg_pool.AsyncConnectionPool(
             conninfo, kwargs=options, min_size=1, max_size=pool_size, open=False,
-            configure=self._configure, check=check_lent,
-            name=f"iterion-nb:{self.schema}",
+            configure=self._configure_pooled, check=check_lent, name=self._pool_name,
         )  # fmt: skip
         try:
             await self._pool.open(wait=True, timeout=float(options.get("connect_timeout", 30)))

@@ -185,6 +185,57 @@ def test_a_misspelt_url_parameter_is_named_with_the_one_meant(tmp_path: Path) ->
     nothing_but(tmp_path)
 
 
+BAD_PARAMETERS = {
+    "?schema=": "schema='' in the store URL",
+    "?schema": "a schema name cannot be empty",
+    "?schema=My-Schema": "schema='My-Schema' in the store URL",
+    "?schema=pg_runs": "names starting with 'pg_' are PostgreSQL's own",
+    "?schema=iterion_nb&schema=team_b": "the parameter schema= is given more than once",
+    "?sslmode=require&sslmode=disable": "the parameter sslmode= is given more than once",
+    "?password=s3cret&password=s3cret": "the parameter password= is given more than once",
+}
+
+
+@pytest.mark.parametrize("query", list(BAD_PARAMETERS))
+def test_a_bad_schema_or_a_parameter_given_twice_is_a_usage_error(
+    query: str, tmp_path: Path
+) -> None:
+    """Refused before anything is opened (exit 2, as an unknown parameter is), never at opening."""
+    url = f"postgresql://u:s3cret@127.0.0.1:1/db{query}"
+    for args, env in (
+        (["runs", "list", "--store", url], None),
+        (["run", str(MINIMAL), "--scenario", str(SCENARIO), "--store", url], None),
+        (["runs", "list"], {"ITERION_NB_STORE": url}),
+    ):
+        proc = cli(*args, cwd=tmp_path, env=env)
+        refused(proc, BAD_PARAMETERS[query])
+        assert BAD_PARAMETERS[query] in proc.stderr.splitlines()[-1]  # one line, after the usage
+        assert "s3cret" not in proc.stderr
+    nothing_but(tmp_path)
+
+
+def test_a_schema_name_is_checked_where_a_store_name_is() -> None:
+    from iterion_nb.store.location import check_schema_name, check_store_spec
+
+    check_store_spec("postgresql://u@h/db?schema=Team_7&sslmode=require")  # no refusal
+    assert check_schema_name("_x" * 31 + "y") == "_x" * 31 + "y"  # 63 characters
+    for bad in ("", "7up", "a-b", "x" * 64, "pg_catalog", "no;drop"):
+        with pytest.raises(StoreError, match=f"schema={bad!r}"):
+            check_schema_name(bad)
+        with pytest.raises(StoreError, match="in the store URL postgresql://u@h/db"):
+            check_store_spec(f"postgresql://u@h/db?schema={bad}")
+
+
+def test_a_password_parameter_in_an_error_keeps_what_follows_it(tmp_path: Path) -> None:
+    """The refused connection's message reads ``…?password=***: connection failed``."""
+    from tests.pgserver import free_port
+
+    url = f"postgresql://iterion@127.0.0.1:{free_port()}/agents?password=zzz"
+    proc = cli("runs", "list", "--store", url, cwd=tmp_path)
+    refused(proc, "/agents?password=***: connection failed: ", code=1)
+    assert "zzz" not in proc.stderr
+
+
 def test_a_url_naming_several_hosts_is_taken_as_libpq_takes_it() -> None:
     from iterion_nb.store.location import check_store_spec
 
@@ -316,6 +367,37 @@ def test_a_password_is_masked_where_it_stands_and_nowhere_else() -> None:
     )
     assert mask_url("postgresql://u:s3/cr@et@[zz]/db") == "postgresql://***@[zz]/db"
     assert mask_url("postgresql://u:s3?cr@et@h/db") == "postgresql://***@h/db"
+
+
+@pytest.mark.parametrize(
+    "password", ["zzz", "a:b", "p@ss/w:rd?", "s3cret:", "a b", "***", "x&y=z", "é:é"]
+)
+def test_a_known_password_parameter_is_masked_exactly(password: str) -> None:
+    """The store's own password is replaced as it stands: the text after it is kept."""
+    from urllib.parse import urlencode
+
+    url = f"postgresql://u@h/db?{urlencode({'password': password, 'sslmode': 'require'})}"
+    assert url_password(url) == password
+    for shown in (url, mask_url(url)):
+        text = f"cannot connect to {shown}: connection failed: refused (see {shown}), at h"
+        masked = mask_secrets(text, password)
+        assert masked == (
+            "cannot connect to postgresql://u@h/db?password=***&sslmode=require: connection"
+            " failed: refused (see postgresql://u@h/db?password=***&sslmode=require), at h"
+        )
+    raw = f"password={password}: refused"  # not encoded, as in a libpq message
+    if " " not in password and "&" not in password:
+        assert mask_secrets(raw, password) == "password=***: refused"
+
+
+def test_an_unknown_password_parameter_is_masked_up_to_the_next_space() -> None:
+    assert mask_secrets("postgresql://h/db?password=a:b: failed") == (
+        "postgresql://h/db?password=*** failed"
+    )
+    # another password than the store's, even one it begins: masked whole
+    assert mask_secrets("?password=zzz:y failed", "zzz") == "?password=*** failed"
+    assert mask_secrets("?password=zzzq: failed", "zzz") == "?password=*** failed"
+    assert mask_secrets("password='zzz' x", "zzz") == "password=*** x"
 
 
 def test_the_postgres_store_scrubs_only_the_password() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -496,6 +497,40 @@ async def test_a_call_waits_for_the_server_but_not_past_its_outage_timeout() -> 
         server.stop()
 
 
+async def test_an_outage_is_logged_once_not_at_every_attempt_to_reconnect(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """psycopg_pool logs each failed reconnection: the first is shown, then that it is back."""
+    from tests.pgserver import PgServer
+
+    caplog.set_level(logging.WARNING)
+    server = PgServer.start()
+    try:
+        store = open_postgres_store(f"{server.url}?connect_timeout=2")
+        other = open_postgres_store(f"{server.url}?connect_timeout=2&schema=other")  # one filter
+        await store.create_run(a_run())
+        await asyncio.gather(*(store.get_run("r1") for _ in range(16)))  # several connections
+        await asyncio.to_thread(server.stop, False)
+        reading = asyncio.ensure_future(store.get_run("r1"))
+        await asyncio.sleep(5)  # the pools try to reconnect again and again meanwhile
+        await asyncio.to_thread(server.restart)
+        assert (await asyncio.wait_for(reading, 60)).id == "r1"
+        assert await other.list_runs() == []
+        await store.close()
+        await other.close()
+    finally:
+        server.stop()
+    pool = logging.getLogger("psycopg.pool")
+    assert len([f for f in pool.filters if type(f).__name__ == "OutageLogFilter"]) == 1
+    said = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    failed = [m for m in said if m.startswith("error connecting in 'iterion-nb:iterion_nb'")]
+    assert len(failed) == 1, said  # not one per attempt
+    assert "the pool keeps trying" in failed[0]
+    back = [m for m in said if m.startswith("connected again in 'iterion-nb:iterion_nb' after ")]
+    assert len(back) == 1, said
+    assert said.index(failed[0]) < said.index(back[0])
+
+
 CANCELLER = """
     import asyncio, sys
     from iterion_nb.store.remote import open_store
@@ -544,6 +579,31 @@ async def test_a_session_runs_and_resumes_on_postgres(url: str, tmp_path: Path) 
         assert await run.wait(10) == "finished"  # resumed by its owner, woken by NOTIFY
     finally:
         await session.close()
+
+
+def test_the_outage_filter_passes_the_first_failure_then_one_a_minute() -> None:
+    from iterion_nb.store.postgres_base import OutageLogFilter
+
+    now = [100.0]
+    quiet = OutageLogFilter(clock=lambda: now[0])
+
+    def shown(msg: str, *args: object) -> str | None:
+        record = logging.LogRecord("psycopg.pool", logging.WARNING, "x", 1, msg, args, None)
+        return record.getMessage() if quiet.filter(record) else None
+
+    def failure(pool: str = "iterion-nb:a") -> str | None:
+        return shown("error connecting in %r: %s", pool, "connection refused")
+
+    assert "refused (the pool keeps trying;" in str(failure())
+    assert [failure() for _ in range(30)] == [None] * 30
+    assert failure("iterion-nb:b") is not None  # another pool: its own outage
+    assert shown("discarding broken connection: %s", "c") == "discarding broken connection: c"
+    now[0] += 61
+    assert "(still failing after 61 s; 30 failed attempts not shown)" in str(failure())
+    assert failure() is None
+    quiet.back("iterion-nb:a")  # logged on psycopg.pool (not through this filter here)
+    assert failure() is not None  # a new outage: its first failure is shown
+    quiet.back("iterion-nb:nothing")  # connected, no outage: nothing to say
 
 
 # -- URLs -------------------------------------------------------------------------------
