@@ -137,8 +137,8 @@ def store_spec(given: Any, store: Any) -> str:
         RunError: The store is neither (an in-memory store cannot be shared).
     """
     if isinstance(given, str) and "://" in given:
-        return given
-    for attribute in ("url", "path"):
+        return getattr(store, "worker_url", None) or given  # a password from PGPASSWORD too
+    for attribute in ("worker_url", "url", "path"):
         value = getattr(store, attribute, None)
         if value is not None:
             return str(os.fspath(value))

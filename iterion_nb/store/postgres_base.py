@@ -288,6 +288,9 @@ class PgBase:
         #: The URL the store was opened with, credentials included (to open it
         #: elsewhere: a cluster worker); show :attr:`display_url` instead.
         self.url = url
+        #: The URL a cluster's worker opens it with: :attr:`url`, and the password
+        #: libpq took from elsewhere (``PGPASSWORD``, ``~/.pgpass``) once connected.
+        self.worker_url = url
         self.display_url = mask_url(url)
         self.schema = schema
         self._channel = channel_for(schema)

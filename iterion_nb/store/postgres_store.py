@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
@@ -100,6 +100,22 @@ def split_url(url: str) -> tuple[str, str]:
     schema = check_schema_name(schemas[0] if schemas else DEFAULT_SCHEMA)
     query = urlencode([(k, v) for k, v in pairs if k != SCHEMA_PARAM])
     return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment)), schema
+
+
+def with_password(url: str, user: str, password: str | None) -> str:
+    """``url`` with the password it connected with, if libpq found it elsewhere.
+
+    libpq takes a password missing from the URL from ``PGPASSWORD`` or
+    ``~/.pgpass``, which another machine (a cluster's worker) may not have:
+    the URL it is sent must carry it.
+    """
+    if not password or url_password(url) is not None:
+        return url
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    name = userinfo if at else quote(user, safe="")
+    netloc = f"{name}:{quote(password, safe='')}@{hosts}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _connect_options(conninfo: str) -> dict[str, Any]:
@@ -180,6 +196,7 @@ class PostgresStore(PgQuestions):
             raise StoreError(
                 self._scrub(f"cannot connect to the run store {self.display_url}: {err}")
             ) from None
+        self.worker_url = with_password(self.url, conn.info.user, conn.info.password)
         try:
             await conn.execute("SET TimeZone TO 'UTC'")
             await migrate(conn, self.schema, self.display_url)

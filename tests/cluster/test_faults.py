@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import iterion_nb as it
@@ -487,3 +488,35 @@ async def test_the_cli_following_a_run_says_nothing_of_dasks_own_when_the_schedu
     assert "(w): finished" in out, out
     assert "distributed" not in err and "Traceback" not in err, err
     assert ran(chdir)["t2"] == 1
+
+
+async def test_a_password_from_pgpassword_reaches_the_workers(chdir: Path) -> None:
+    """docs/cli.md suggests PGPASSWORD (a password kept out of the URL): the workers, which
+    may not have it, are sent the URL with the password the command connected with."""
+    server = PgServer.start()
+    cluster = None
+    try:
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            conn.execute("CREATE ROLE ana LOGIN SUPERUSER PASSWORD 's3cret-PW'")
+            hba = conn.execute("SHOW hba_file").fetchone()[0]  # type: ignore[index]
+            rules = Path(hba).read_text()
+            Path(hba).write_text("host all ana 127.0.0.1/32 scram-sha-256\n" + rules)
+            conn.execute("SELECT pg_reload_conf()")
+        store = f"postgresql://ana@127.0.0.1:{server.port}/postgres?schema=pw_env"
+        cluster = await asyncio.to_thread(CliCluster, chdir, 1)  # no PGPASSWORD there
+        flow = chdir / "flow.iter"
+        flow.write_text(chain(2))
+        refused = await asyncio.to_thread(_cli, chdir, "runs", "list", "--store", store)
+        assert "password" in refused.stderr, refused.stderr  # the server does ask for it
+        done = await asyncio.to_thread(
+            _cli, chdir, "run", str(flow), "--store", store, "--cluster", cluster.address,
+            env={"PGPASSWORD": "s3cret-PW"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "(w): finished" in done.stdout
+        assert "s3cret" not in done.stdout + done.stderr
+    finally:
+        if cluster is not None:
+            await asyncio.to_thread(cluster.close)
+        server.stop()
+    assert ran(chdir) == Counter({"t0": 1, "t1": 1})
