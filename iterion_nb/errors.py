@@ -175,6 +175,25 @@ class RunOwnedError(ResumeError):
         )
 
 
+class OwnerMayRenewError(RunOwnedError):
+    """The run's lease lapsed while the store's server was away: its owner may renew it.
+
+    Every lease lapses during an outage longer than a lease, though their
+    owners may be alive and executing; for a while after the server is back,
+    only they may take their runs (they renew first), nobody else.
+    """
+
+    def __init__(self, run_id: str, pid: int, host: str, since: datetime, *, wait: float) -> None:
+        super().__init__(run_id, pid, host, since)
+        self.wait = wait
+        self.args = (
+            f"run '{run_id}' was executing (process {pid} on host '{host}') when the run"
+            " store's server went away; it is back, and that process may still be alive:"
+            f" it renews its hold first. Try again in {max(wait, 0.1):.0f} s: then the run"
+            " is yours if nobody renewed it",
+        )
+
+
 class LeaseLostError(ConflictError):
     """This process no longer owns the run (its lease lapsed and another owner took it)."""
 

@@ -27,6 +27,9 @@ from iterion_nb.runtime.records import Lease, Run, RunStatus, encode_json
 
 #: How long a lease lasts without renewal (seconds).
 DEFAULT_TTL = 10.0
+#: Seconds after a store's server came back from an outage during which a run whose lease
+#: lapsed meanwhile is left to its owner (which may be alive, and renews it first).
+TAKEOVER_GRACE = DEFAULT_TTL
 #: Claimant ids of a cluster's queue (:meth:`Claimant.queue`).
 QUEUE_PREFIX = "queue-"
 #: How often an owner renews its leases (a fraction of the TTL).
@@ -108,6 +111,13 @@ def lease_alive(lease: Lease | None, now: datetime) -> bool:
     if lease.owner.startswith(QUEUE_PREFIX):
         return True
     return not (lease.host == _HOST and not pid_alive(lease.pid))
+
+
+def owner_may_live(lease: Lease, now: datetime) -> bool:
+    """Whether ``lease`` lapsed by time alone: its process is not known to be gone."""
+    if lease.owner.startswith(QUEUE_PREFIX):
+        return True
+    return lease_alive(replace(lease, expires_at=max(lease.expires_at, now) + timedelta(1)), now)
 
 
 def owned_error(run_id: str, lease: Lease) -> RunOwnedError:

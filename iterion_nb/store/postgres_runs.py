@@ -14,12 +14,21 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from iterion_nb.errors import ConflictError, LeaseLostError, NotFoundError, StoreError
+from iterion_nb.errors import (
+    ConflictError,
+    LeaseLostError,
+    NotFoundError,
+    OwnerMayRenewError,
+    StoreError,
+)
 from iterion_nb.runtime.ownership import (
+    TAKEOVER_GRACE,
     Claimant,
     check_acquire,
     effective_status,
     keeps_cancel,
+    lease_alive,
+    owner_may_live,
     settled_already,
 )
 from iterion_nb.runtime.ports import UNSET
@@ -277,6 +286,38 @@ class PgRuns(PgBase):
             raise LeaseLostError(run_id)
 
     # -- ownership -----------------------------------------------------------
+    async def _owner_may_renew(
+        self, conn: Conn, run: Run, owner: Claimant, take_from: str | None, now: datetime
+    ) -> None:
+        """Refuse to take over an executing run whose lease lapsed while the server was away.
+
+        Every lease lapses in an outage longer than a lease, yet their owners
+        may be alive, executing, and about to renew (writing the nodes that
+        ended meanwhile): for :data:`TAKEOVER_GRACE` seconds after the server
+        started, only they may. (A process cut off from a server that stayed
+        up cannot be told from a dead one: its lease is the rule.)
+
+        Raises:
+            OwnerMayRenewError: The run is such a run: its lease lapsed before
+                the server started, less than the grace ago.
+        """
+        held = run.lease
+        if (
+            self._clock is not None  # leases follow the injected clock alone
+            or held is None or run.status != "running" or held.owner in (owner.id, take_from)
+            or lease_alive(held, now) or not owner_may_live(held, now)
+        ):  # fmt: skip
+            return
+        cur = await conn.execute("SELECT pg_postmaster_start_time(), clock_timestamp()")
+        row = await cur.fetchone()
+        assert row is not None
+        started, up = row[0], (row[1] - row[0]).total_seconds()
+        # lapsed before the server was back: its owner could not renew it (once back, it could)
+        if held.expires_at <= started and up < TAKEOVER_GRACE:
+            raise OwnerMayRenewError(
+                run.id, held.pid, held.host, held.since, wait=TAKEOVER_GRACE - up
+            )
+
     async def acquire_run(
         self,
         run_id: str,
@@ -287,6 +328,7 @@ class PgRuns(PgBase):
     ) -> Run:
         async def body(conn: Conn) -> Run:
             run, now = await self._locked_run(conn, run_id)
+            await self._owner_may_renew(conn, run, owner, take_from, now)
             since = check_acquire(effective_status(run, now), owner, statuses, take_from)
             lease = owner.lease(now, since)
             cur = await conn.execute(

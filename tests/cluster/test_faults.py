@@ -520,3 +520,36 @@ async def test_a_password_from_pgpassword_reaches_the_workers(chdir: Path) -> No
             await asyncio.to_thread(cluster.close)
         server.stop()
     assert ran(chdir) == Counter({"t0": 1, "t1": 1})
+
+
+async def test_postgresql_back_from_a_long_outage_a_persons_resume_waits_for_the_owner(
+    chdir: Path, own_postgres: PgServer
+) -> None:
+    """Right after the server is back, every lease has lapsed and the run reads
+    `interrupted`: a person's `resume` then would take it from an owner still alive and
+    run again the node that owner finished meanwhile. It is refused for a lease's time."""
+    store = schema_url(f"{own_postgres.url}?connect_timeout=2")
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1, store)
+    session = Session(store, cluster=cluster.address, workdir=chdir)
+    try:
+        run = await session.start(it.compile(chain(3, slow=1)))
+
+        async def slow_running() -> bool:
+            return ran(chdir)["t1"] == 1
+
+        await until(slow_running, timeout=60)
+        await asyncio.to_thread(own_postgres.stop, False)
+        (chdir / "go").touch()  # the node ends while the server is away
+        await asyncio.sleep(12)  # longer than a lease (10 s)
+        await asyncio.to_thread(own_postgres.restart)
+        again = await asyncio.to_thread(
+            _cli, chdir, "resume", run.id, "--store", store, "--cluster", cluster.address
+        )
+        assert again.returncode == 3, (again.stdout, again.stderr)
+        said = again.stderr
+        assert "may still be alive" in said or "that process runs it" in said, said
+        assert await run.wait(90) == "finished", run.error
+    finally:
+        await session.close()
+        await asyncio.to_thread(cluster.close)
+    assert ran(chdir) == Counter({"t0": 1, "t1": 1, "t2": 1})
