@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from iterion_nb.api.service import event_json, interaction_json, run_json
 from iterion_nb.cli.inputs import plain
+from iterion_nb.runtime.lifecycle import form_fields
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
 from iterion_nb.session.cluster import EXECUTOR
@@ -111,7 +112,7 @@ class Follower:
         """Print a pending question once."""
         if question is not None and question.id not in self.asked:
             self.asked.add(question.id)
-            self._write({"question": interaction_json(question)}, _asked_line(question))
+            self._write({"question": interaction_json(question)}, asked_line(question))
 
     def _end(self, record: Run) -> int | None:
         status = record.status
@@ -215,10 +216,16 @@ def _detail(kind: str, data: dict[str, Any]) -> str:
     return f" {_compact(data)}" if data else ""
 
 
-def _asked_line(question: Interaction) -> str:
+def asked_line(question: Interaction) -> str:
+    """An ``asked:`` line: the question's id, kind and text, its options or its form's fields."""
     options = "|".join(o.id for o in question.options)
     text = f"  asked: {question.id} [{question.kind}] {question.question}"
-    return plain(text + (f" (options: {options})" if options else ""))
+    form = form_fields(question.accepts)
+    if options:
+        text += f" (options: {options})"
+    if form:
+        text += f" (form: {form}; answer with --json-value)"
+    return plain(text)
 
 
 async def follow_run(store: Store, args: argparse.Namespace, out: TextIO) -> int:

@@ -30,7 +30,7 @@ from typing import Any, TextIO, TypeVar
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.holder import open_served_store
 from iterion_nb.api.service import event_json, interaction_json, run_json
-from iterion_nb.cli.follow import add_follow, follow_run
+from iterion_nb.cli.follow import add_follow, asked_line, follow_run
 from iterion_nb.cli.inputs import (
     MAX_LIST_LIMIT,
     RunInputs,
@@ -53,7 +53,7 @@ from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.answers import is_cluster_run, ready_to_resume
-from iterion_nb.runtime.lifecycle import FORM_REFUSAL
+from iterion_nb.runtime.lifecycle import FORM_REFUSAL, form_fields
 from iterion_nb.runtime.records import RUN_STATUSES
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.cluster import CLUSTER_ENV, reach_scheduler
@@ -665,10 +665,7 @@ async def _show_questions(handle: RunHandle, out: TextIO) -> None:
             for question in await handle.pending_questions():
                 if question.id not in seen:
                     seen.add(question.id)
-                    options = plain("|".join(o.id for o in question.options))
-                    text = plain(question.question)
-                    out.write(f"  asked: {question.id} [{question.kind}] {text}"
-                              + (f" (options: {options})" if options else "") + "\n")  # fmt: skip
+                    out.write(asked_line(question) + "\n")
                     out.flush()
             await ticket.wait(timeout=1.0)
 
@@ -875,6 +872,8 @@ def _questions(result: Any) -> list[str]:
     for q in result["interactions"]:
         choices = ", ".join(f"{o['id']}={o['label']}" for o in q["options"])
         suffix = f"  ({plain(choices)})" if choices else ""
+        form = form_fields(q.get("accepts"))
+        suffix += f"  (form: {plain(form)}; answer with --json-value)" if form else ""
         lines.append(f"{plain(q['id'])}  [{plain(q['kind'])}] {plain(q['node_id'])}:"
                      f" {plain(q['question'])}{suffix}")  # fmt: skip
     return lines or ["no pending questions"]

@@ -100,6 +100,17 @@ def accepts_of(schema: m.Schema) -> dict[str, Any]:
     return {"fields": fields}
 
 
+def form_fields(accepts: dict[str, Any] | None) -> str:
+    """A form's fields in a line (``ship: bool, tone: one of formal|casual``); "" for no form."""
+    fields: dict[str, Any] = (accepts or {}).get("fields") or {}
+    shown = []
+    for name, entry in fields.items():
+        allowed = entry.get("enum")
+        kind = "one of " + "|".join(map(str, allowed)) if allowed else entry.get("type", "json")
+        shown.append(f"{name}: {kind}")
+    return ", ".join(shown)
+
+
 def _empty(answer: Any) -> bool:
     if answer is None:
         return True

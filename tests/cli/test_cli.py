@@ -141,25 +141,29 @@ def test_an_answer_that_needs_json_says_so(tmp_path: Path) -> None:
     """A form's answer typed as text: refused with the way to give JSON, then accepted."""
     flow = tmp_path / "form.iter"
     flow.write_text(
-        "schema verdict:\n  ship: bool\n\n"
+        'schema verdict:\n  ship: bool\n  tone: string [enum: "formal", "casual"]\n\n'
         'human gate:\n  instructions: "Ship it?"\n  output: verdict\n\n'
         "workflow w:\n  entry: gate\n  gate -> done\n"
     )
     store = str(tmp_path / "store")
-    started = run("run", str(flow), "--store", store, "--json", cwd=tmp_path)
+    started = run("run", str(flow), "--store", store, cwd=tmp_path)
     assert started.returncode == 0, started.stderr
-    run_id = json.loads(started.stdout)["id"]
+    run_id = started.stdout.split()[1]
+    form = "(form: ship: bool, tone: one of formal|casual; answer with --json-value)"
+    assert f"[human] Ship it? {form}" in started.stdout  # the form is shown where it is asked
+    listed = run("runs", "questions", run_id, "--store", store, cwd=tmp_path)
+    assert listed.stdout.rstrip().endswith(f"gate: Ship it?  {form}"), listed.stdout
     asked = run("runs", "questions", run_id, "--store", store, "--json", cwd=tmp_path)
     (question,) = json.loads(asked.stdout)["interactions"]
     as_text = run("runs", "answer", run_id, question["id"], '{"ship": true}', "--store", store)
     assert as_text.returncode == 1
-    assert "'ship' must be bool" in as_text.stderr
+    assert "the answer must be an object with the fields ship, tone" in as_text.stderr
     assert "give JSON data — a form's fields, a number, true or false — with --json-value" in (
         as_text.stderr
     )
     as_json = run(
-        "runs", "answer", run_id, question["id"], '{"ship": true}', "--json-value",
-        "--store", store,
+        "runs", "answer", run_id, question["id"], '{"ship": true, "tone": "formal"}',
+        "--json-value", "--store", store,
     )  # fmt: skip
     assert as_json.returncode == 0, as_json.stderr
     assert "the run resumed; it is now finished" in as_json.stdout
