@@ -99,10 +99,6 @@ def add_commands(sub: Any) -> None:
         "--answers-from", metavar="RUN", help="answer matching questions as run RUN was answered"
     )
     _cluster(run)
-    run.add_argument(
-        "--detach", action="store_true",
-        help="with a cluster: print the run id and return; the run goes on there",
-    )  # fmt: skip
     _common(run)
     runs = sub.add_parser("runs", help="list runs, show one, list or answer its questions")
     verbs = runs.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -160,6 +156,10 @@ def _cluster(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster", metavar="ADDRESS",
         help="execute on a Dask cluster, e.g. tcp://HOST:8786 (default: ITERION_NB_CLUSTER)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--detach", action="store_true",
+        help="with a cluster: print the run id and return; the run goes on there",
     )  # fmt: skip
 
 

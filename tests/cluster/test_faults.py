@@ -553,3 +553,43 @@ async def test_postgresql_back_from_a_long_outage_a_persons_resume_waits_for_the
         await session.close()
         await asyncio.to_thread(cluster.close)
     assert ran(chdir) == Counter({"t0": 1, "t1": 1, "t2": 1})
+
+
+async def test_resume_detaches_as_run_does(chdir: Path, postgres_url: str) -> None:
+    store = schema_url(postgres_url)
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1, store)
+    flow = chdir / "flow.iter"
+    flow.write_text(chain(2, slow=0))
+    try:
+        started = await asyncio.to_thread(
+            _cli, chdir, "run", str(flow), "--store", store, "--cluster", cluster.address,
+            "--detach",
+        )  # fmt: skip
+        run_id = started.stdout.strip()
+
+        async def in_flight() -> bool:
+            return ran(chdir)["t0"] == 1
+
+        await until(in_flight, timeout=60)
+        stopped = await asyncio.to_thread(_cli, chdir, "cancel", run_id, "--store", store)
+        assert stopped.returncode == 0, stopped.stderr
+        alone = await asyncio.to_thread(
+            _cli, chdir, "resume", run_id, "--store", store, "--detach",
+            env={"ITERION_NB_CLUSTER": ""},
+        )  # fmt: skip
+        assert alone.returncode == 2
+        assert "--detach needs a cluster" in alone.stderr
+        again = await asyncio.to_thread(
+            _cli, chdir, "resume", run_id, "--store", store, "--cluster", cluster.address,
+            "--detach",
+        )  # fmt: skip
+        assert (again.returncode, again.stdout) == (0, f"{run_id}\n"), again.stderr
+        assert not (chdir / "go").exists()  # it returned while the slow node runs again
+        (chdir / "go").touch()
+        followed = await asyncio.to_thread(
+            _cli, chdir, "runs", "follow", run_id, "--store", store, "--timeout", "60"
+        )
+        assert followed.returncode == 0, followed.stderr
+    finally:
+        await asyncio.to_thread(cluster.close)
+    assert ran(chdir)["t1"] == 1
