@@ -126,7 +126,7 @@ def reach_scheduler(address: str) -> None:
     import concurrent.futures
 
     from distributed.comm.addressing import parse_address, parse_host_port
-    from distributed.comm.core import connect
+    from distributed.comm.core import CommClosedError, connect
 
     try:
         scheme, where = parse_address(address)
@@ -150,11 +150,18 @@ def reach_scheduler(address: str) -> None:
         except TimeoutError:
             raise IterionError(
                 f"nothing at {address} answered as a Dask scheduler within"
-                f" {CONNECT_TIMEOUT:.0f} s (a scheduler listens on port 8786 by default;"
-                " 8787 is its dashboard)"
+                f" {CONNECT_TIMEOUT:.0f} s ({_PORTS})"
+            ) from None
+        except CommClosedError:  # a server of another kind (PostgreSQL, say) hung up on Dask
+            raise IterionError(
+                f"what listens at {address} is not a Dask scheduler: it hung up on Dask's"
+                f" greeting ({_PORTS})"
             ) from None
         except OSError as err:
             raise IterionError(f"cannot reach the Dask scheduler at {address}: {err}") from None
+
+
+_PORTS = "a scheduler listens on port 8786 by default; 8787 is its dashboard"
 
 
 def _listens(address: str, host: str, port: int) -> None:

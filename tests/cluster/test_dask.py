@@ -443,6 +443,24 @@ def http_port() -> Iterator[int]:
     server.shutdown()
 
 
+@pytest.fixture
+def hang_up_port() -> Iterator[int]:
+    """A server that reads what it is sent and hangs up (as PostgreSQL does on Dask's greeting)."""
+    import socketserver
+    import threading
+
+    class HangUp(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(1024)
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), HangUp)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
 @pytest.mark.parametrize(
     ("address", "told"),
     [
@@ -452,24 +470,26 @@ def http_port() -> Iterator[int]:
          " unknown address scheme 'http'"),
         ("tcp://127.0.0.1:{closed}", "no Dask scheduler at tcp://127.0.0.1:{closed}: nothing"
          " listens there (start one with `dask scheduler --port {closed}`)"),
+        ("tcp://127.0.0.1:{hangs_up}", "what listens at tcp://127.0.0.1:{hangs_up} is not a Dask"
+         " scheduler: it hung up on Dask's greeting (a scheduler listens on port 8786 by"
+         " default; 8787 is its dashboard)"),
     ],
 )  # fmt: skip
 def test_a_cluster_address_that_is_no_scheduler_is_a_clear_error(
-    tmp_path: Path, http_port: int, address: str, told: str
+    tmp_path: Path, http_port: int, hang_up_port: int, address: str, told: str
 ) -> None:
     """The dashboard's port instead of the scheduler's: an error within seconds, no hang."""
     flow = tmp_path / "gate.iter"
     flow.write_text(GATE)
     closed = free_port()  # nothing listens there: refused at once, not after 10 s
-    given = address.format(port=http_port, closed=closed)
+    given = address.format(port=http_port, closed=closed, hangs_up=hang_up_port)
     done = subprocess.run(
         [CLI, "run", str(flow), "--store", str(tmp_path / "s"), "--cluster", given],
         capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
     )  # fmt: skip
     assert done.returncode == 1
-    assert done.stderr.startswith(f"iterion-nb: {told.format(port=http_port, closed=closed)}"), (
-        done.stderr
-    )
+    said = told.format(port=http_port, closed=closed, hangs_up=hang_up_port)
+    assert done.stderr.startswith(f"iterion-nb: {said}"), done.stderr
     assert not (tmp_path / "s").exists()  # refused before a store was made
     assert "Traceback" not in done.stderr
 
