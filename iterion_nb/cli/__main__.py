@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from iterion_nb.cli.main import main
+from iterion_nb.cli.entry import main
 
 raise SystemExit(main())

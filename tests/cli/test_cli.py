@@ -428,3 +428,24 @@ def test_a_second_answer_says_who_answered_what_and_a_stopped_run_says_how_to_go
     assert json.loads(resumed.stdout)["status"] == "finished", resumed.stderr
     answers = json.loads(resumed.stdout)["outputs"]["gate"]["answers"]
     assert [a["answer"] for a in answers] == ["formal", "the inbox", "engineers"]
+
+
+@pytest.mark.parametrize("delay", [0.03, 0.08, 0.15, 0.25])
+def test_ctrl_c_as_the_command_starts_is_one_line_not_a_traceback(
+    tmp_path: Path, delay: float
+) -> None:
+    """Loading the command takes a few tenths of a second: Ctrl-C then is a message too."""
+    import time
+
+    proc = subprocess.Popen(
+        [str(SCRIPT), "runs", "list", "--store", str(tmp_path / "none")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    if proc.returncode == 130:  # stopped (else it was done already: no store there)
+        assert err.endswith("iterion-nb: interrupted\n"), err
+    else:
+        assert proc.returncode in (1, -signal.SIGINT), (proc.returncode, err)
