@@ -593,3 +593,25 @@ async def test_resume_detaches_as_run_does(chdir: Path, postgres_url: str) -> No
     finally:
         await asyncio.to_thread(cluster.close)
     assert ran(chdir)["t1"] == 1
+
+
+async def test_a_closed_notebooks_duckdb_store_adds_no_warning_to_new_workers(
+    chdir: Path,
+) -> None:
+    """A notebook on a DuckDB file registers its watcher on the cluster for good: once it is
+    closed, nobody holds the file, which is no fault of the workers that start later."""
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1)
+    store = str(chdir / "store")
+    log = chdir / "worker.log"
+    try:
+        session = Session(store, cluster=cluster.address, workdir=chdir)
+        run = await session.start(it.compile(GATE))  # registers its watcher on the cluster
+        assert await run.wait(60) == "paused_waiting_human"
+        await session.close()  # the notebook is closed: the file has no holder now
+        await asyncio.to_thread(cluster.add_worker, None, log)
+        await asyncio.to_thread(cluster.wait_for_workers, 2)
+        await asyncio.sleep(2 * SCAN_INTERVAL)  # the new worker's watcher looked, twice
+    finally:
+        await asyncio.to_thread(cluster.close)
+    said = log.read_text(errors="replace")
+    assert "iterion_nb" not in said, said
