@@ -327,7 +327,9 @@ class Session:
         state.waiting_on = []
         begun = await self._begun(run_id, run, record, take_from)
         self._launch(wf, run_id, state, run.launch, resumed=begun, scenario=scenario)
-        if run.cancel_requested:  # asked while the run waited in a cluster's queue
+        # asked while the run waited in a cluster's queue (kept by the hand-over), or
+        # while it lay interrupted: the cluster's own recovery ends it as the person asked
+        if run.cancel_requested or (statuses == CLUSTER_TAKES and record.cancel_requested):
             self._engines[run_id].stop(Outcome("cancelled"))
         return RunHandle(self, run_id)
 

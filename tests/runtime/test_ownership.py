@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -413,6 +414,37 @@ async def test_a_run_cancelled_while_queued_is_cancelled_by_its_worker_untouched
     assert (run.status, run.cancel_requested, run.lease) == ("cancelled", False, None)
     assert [e.type for e in await store.events("r1")][-1] == "run_cancelled"
     # and it can be resumed like any cancelled run: from its start
+    other = Session(store, workdir=tmp_path, serve=False)
+    try:
+        assert await (await other.resume("r1")).wait(30) == "finished"
+    finally:
+        await other.close()
+    assert ran(tmp_path) == ["one", "slow", "two"]
+
+
+async def test_a_run_cancelled_while_queued_whose_task_was_lost_is_cancelled_not_run(
+    tmp_path: Path,
+) -> None:
+    """The scheduler lost the queued task: once the queue's lease lapses a watcher
+    submits the run again, without a hand-over; that task honours the cancel too."""
+    skew = [timedelta(0)]
+    store = MemoryStore(clock=lambda: utcnow() + skew[0])
+    record = tools_run()
+    queue = Claimant.queue(60)
+    await store.create_run(record, owner=queue)
+    await store.cancel_run("r1")
+    skew[0] = timedelta(seconds=61)  # the queue's lease lapsed: the run reads interrupted
+    seen = await store.get_run("r1")
+    assert (seen.status, seen.lease, seen.cancel_requested) == ("interrupted", None, True)
+    worker = Session(store, workdir=tmp_path, serve=False)
+    try:
+        assert await worker.execute_queued(seen, None) == "cancelled"
+    finally:
+        await worker.close()
+    assert ran(tmp_path) == []
+    run = await store.get_run("r1")
+    assert (run.status, run.cancel_requested, run.lease) == ("cancelled", False, None)
+    # a person's resume still starts it afresh
     other = Session(store, workdir=tmp_path, serve=False)
     try:
         assert await (await other.resume("r1")).wait(30) == "finished"
