@@ -87,10 +87,15 @@ def worker_store(spec: str) -> Store:
 
 
 def plugin_name(store_spec: str) -> str:
-    """The watcher plugin's name for a store: its URL with the password masked."""
-    from iterion_nb.store.location import mask_url
+    """The watcher plugin's name for a store: its URL without a password.
 
-    return f"{PLUGIN}:{mask_url(store_spec)}"
+    One name per store, however the password reaches the worker (in the URL a
+    notebook sends, or from ``PGPASSWORD`` for the URL of the worker's
+    ``ITERION_NB_STORE``): a worker never watches one store twice.
+    """
+    from iterion_nb.store.location import without_password
+
+    return f"{PLUGIN}:{without_password(store_spec)}"
 
 
 def _client(cluster: Any) -> Any:

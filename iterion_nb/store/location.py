@@ -72,6 +72,25 @@ def mask_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def without_password(url: str) -> str:
+    """``url`` with no password at all: one store's name whether or not it carries one.
+
+    A worker given ``user:secret@host`` and one whose environment supplies the
+    password (``PGPASSWORD``) for ``user@host`` use the same store; this is the
+    name both share. A malformed URL is masked as :func:`mask_url` does.
+    """
+    if _url_problem(url) is not None:
+        return mask_url(url)
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        netloc = f"{userinfo.split(':', 1)[0]}@{hosts}"
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = urlencode([(k, v) for k, v in pairs if k not in _SECRET_PARAMS], safe="*/:")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
 #: A URL's user part in a malformed URL: up to its last ``@``, wherever that is.
 _USERINFO_ANYWHERE = re.compile(r"(?P<head>^[A-Za-z][A-Za-z0-9+.\-]*://).*@", re.DOTALL)
 #: A URL's password in running text: ``scheme://user:PASSWORD@``.

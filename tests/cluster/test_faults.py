@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import distributed
 import psycopg
 import pytest
 
@@ -503,7 +504,8 @@ async def test_a_password_from_pgpassword_reaches_the_workers(chdir: Path) -> No
             Path(hba).write_text("host all ana 127.0.0.1/32 scram-sha-256\n" + rules)
             conn.execute("SELECT pg_reload_conf()")
         store = f"postgresql://ana@127.0.0.1:{server.port}/postgres?schema=pw_env"
-        cluster = await asyncio.to_thread(CliCluster, chdir, 1)  # no PGPASSWORD there
+        # the worker watches the URL without a password, and has no PGPASSWORD
+        cluster = await asyncio.to_thread(CliCluster, chdir, 1, store)
         flow = chdir / "flow.iter"
         flow.write_text(chain(2))
         refused = await asyncio.to_thread(_cli, chdir, "runs", "list", "--store", store)
@@ -515,6 +517,12 @@ async def test_a_password_from_pgpassword_reaches_the_workers(chdir: Path) -> No
         assert done.returncode == 0, done.stderr
         assert "(w): finished" in done.stdout
         assert "s3cret" not in done.stdout + done.stderr
+        # the command's watcher (sent with the password) replaced the worker's own: one
+        # watcher per store, not a second one that fails to log in
+        with distributed.Client(cluster.address, timeout="30s") as client:
+            plugins = client.run(lambda dask_worker: sorted(dask_worker.plugins))
+        watchers = [[n for n in names if "iterion" in n] for names in plugins.values()]
+        assert watchers == [[f"iterion-run-watcher:{store}"]], watchers
     finally:
         if cluster is not None:
             await asyncio.to_thread(cluster.close)

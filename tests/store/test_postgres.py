@@ -35,7 +35,7 @@ from iterion_nb.runtime.ownership import Claimant
 from iterion_nb.runtime.records import Interaction, Run
 from iterion_nb.session import Session
 from iterion_nb.store import STORE_ENV, resolve_store_path
-from iterion_nb.store.location import is_store_url, mask_url
+from iterion_nb.store.location import is_store_url, mask_url, without_password
 from iterion_nb.store.postgres_schema import MIGRATIONS
 from iterion_nb.store.postgres_store import PostgresStore, open_postgres_store
 from iterion_nb.store.remote import open_store
@@ -620,6 +620,15 @@ def test_passwords_are_masked() -> None:
     )
     assert "s3cret" not in mask_url("postgresql://h/db?user=ana&password=s3cret")
     assert mask_url("postgresql://ana@h/db") == "postgresql://ana@h/db"
+
+
+def test_a_store_has_one_name_with_or_without_its_password() -> None:
+    """A worker's watcher is named by it: one per store, however the password came."""
+    bare = "postgresql://ana@h:5/db?schema=x"
+    assert without_password("postgresql://ana:s3cret@h:5/db?schema=x") == bare
+    assert without_password(bare) == bare
+    assert without_password("postgresql://ana@h:5/db?password=s3cret&schema=x") == bare
+    assert "s3cret" not in without_password("postgresql://ana:s3cret@h:5:6/db")  # malformed
 
 
 @pytest.mark.parametrize("spec", ["mysql://ana:s3cret@h/db", "http://h/x", "postgresql:/h/db"])
