@@ -241,6 +241,8 @@ async def _direct(args: argparse.Namespace, action: str, retried: bool = False) 
             return {"run": record.id, "workflow": record.workflow, "answers": replay.export(asked)}
         if action == "cancel":
             return {"status": await service.cancel(args.run_id)}
+        # a cluster's workers reach a DuckDB store through its holder: this process, now
+        session.serve()
         try:
             outcome: dict[str, Any] = dict(
                 await service.answer(
@@ -266,17 +268,19 @@ async def _after_answer(
     A run the cluster executes (or that this answer resumed on it, whatever
     executed it before) is not waited for — unless its store is a DuckDB file
     this very process holds: the workers use the file through it, so it stays
-    until the run settles.
+    until a worker took the run up (:data:`TAKE_UP_SECONDS` at most) and the run
+    settled.
     """
     latest = await service.get_run(run_id)
     on_cluster = is_cluster_run(latest) or (outcome["resumed"] and session.executor is not None)
     if on_cluster:
         outcome["cluster"] = True
-        if isinstance(session.store, DuckDBStore) and latest.status == "running":
-            sys.stderr.write(_SERVING_WORKERS.format(run_id=run_id, store=session.store.path))
-            sys.stderr.flush()
-            await session.run(run_id).wait()
-            latest = await service.get_run(run_id)
+        paused = latest.status == "paused_waiting_human"
+        ready = paused and await ready_to_resume(session.store, latest)
+        if isinstance(session.store, DuckDBStore) and (latest.status == "running" or ready):
+            latest = await _serve_workers(session, run_id, latest)
+            outcome["resumed"] = outcome["resumed"] or latest.status != "paused_waiting_human"
+            outcome["held_here"] = str(session.store.path)
         outcome["status"] = latest.status
         outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
             session.store, latest
@@ -286,8 +290,35 @@ async def _after_answer(
     return outcome
 
 
+#: Seconds an answering command that holds a DuckDB store waits for a cluster worker to
+#: take up the run it answered (a worker's watcher looks for the store's holder every 5 s).
+TAKE_UP_SECONDS = 30.0
+
+
+async def _serve_workers(session: Session, run_id: str, latest: Any) -> Any:
+    """Hold the DuckDB store while cluster workers may need it for ``run_id``.
+
+    A run the answer made ready waits for a worker's watcher to take it up (it
+    finds this process as the store's holder); once a worker executes it, this
+    process serves the file until the run finishes or pauses again.
+    """
+    assert isinstance(session.store, DuckDBStore)
+    sys.stderr.write(_SERVING_WORKERS.format(run_id=run_id, store=session.store.path))
+    sys.stderr.flush()
+    deadline = asyncio.get_running_loop().time() + TAKE_UP_SECONDS
+    while latest.status == "paused_waiting_human":
+        if asyncio.get_running_loop().time() > deadline:
+            return latest  # no worker came: said in the outcome
+        await asyncio.sleep(0.2)
+        latest = await session.store.get_run(run_id)
+    if latest.status == "running":
+        await session.run(run_id).wait()
+        latest = await session.store.get_run(run_id)
+    return latest
+
+
 _SERVING_WORKERS = (
-    "iterion-nb: a cluster worker executes run {run_id} through this process, which holds"
+    "iterion-nb: cluster workers execute run {run_id} through this process, which holds"
     " the run store {store}: serving it until the run finishes or pauses (a notebook or"
     " JupyterLab that holds the store spares you this wait)\n"
 )
@@ -898,6 +929,11 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
         if result.get("resumed"):
             return [f"answer {state}; a cluster worker resumed the run; it is {result['status']}"]
         if result.get("status") == "paused_waiting_human" and result.get("ready"):
+            if result.get("held_here"):  # the workers reach a DuckDB store only through a holder
+                return [f"answer {state}; no cluster worker took the run up while this command"
+                        f" held the store {result['held_here']}: one does once a process holds"
+                        " it again (a notebook, JupyterLab, or"
+                        f" `iterion-nb resume {run_id} --cluster ADDRESS`)"]  # fmt: skip
             return [f"answer {state}; no cluster worker has taken the run up yet:"
                     " the first one that comes up resumes it"]  # fmt: skip
         if result.get("status") in _STOPPED:  # no worker takes these up by itself

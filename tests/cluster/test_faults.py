@@ -419,11 +419,13 @@ async def test_answering_a_run_started_here_resumes_it_on_the_cluster_and_return
     assert int(line.split("-")[1]) != os.getpid()
 
 
+@pytest.mark.parametrize("told", [True, False], ids=["cluster-named", "no-cluster-named"])
 async def test_answered_on_a_duckdb_store_nobody_else_holds_the_answer_serves_the_workers(
-    chdir: Path,
+    chdir: Path, told: bool
 ) -> None:
     """Workers use a DuckDB file through its holder: the answering command is that holder
-    until the run it handed to the cluster settles, and says so."""
+    until the run it handed to the cluster settles, and says so — whether or not it was
+    told the cluster's address (the workers' watchers find the answered run either way)."""
     cluster = await asyncio.to_thread(CliCluster, chdir, 1)
     flow = chdir / "flow.iter"
     flow.write_text(GATE_THEN_SLOW)
@@ -440,16 +442,50 @@ async def test_answered_on_a_duckdb_store_nobody_else_holds_the_answer_serves_th
         (question,) = json.loads(listed.stdout)["interactions"]
         answered = await asyncio.to_thread(
             _cli, chdir, "runs", "answer", run_id, question["id"], "yes", "--store", store,
-            env={"ITERION_NB_CLUSTER": cluster.address},
+            env={"ITERION_NB_CLUSTER": cluster.address} if told else {},
         )  # fmt: skip
         assert answered.returncode == 0, answered.stderr
-        assert f"a cluster worker executes run {run_id} through this process" in answered.stderr
+        assert f"cluster workers execute run {run_id} through this process" in answered.stderr
         assert answered.stdout == (
             "answer recorded; a cluster worker resumed the run; it is finished\n"
         )
     finally:
         await asyncio.to_thread(cluster.close)
     assert len((chdir / "ran.txt").read_text().split()) == 1
+
+
+async def test_answered_on_a_duckdb_store_with_no_worker_up_the_answer_says_who_resumes_it(
+    chdir: Path,
+) -> None:
+    """No worker takes the run up while the answering command holds the file: it waits
+    for one a while, then says the run goes on once a process holds the store again."""
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1)
+    flow = chdir / "flow.iter"
+    flow.write_text(GATE_THEN_SLOW)
+    store = str(chdir / "store")
+    try:
+        started = await asyncio.to_thread(
+            _cli, chdir, "run", str(flow), "--store", store, "--cluster", cluster.address
+        )
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.split()[1]
+    finally:
+        await asyncio.to_thread(cluster.close)  # no worker is up any more
+    listed = await asyncio.to_thread(_cli, chdir, "runs", "questions", run_id,
+                                     "--store", store, "--json")  # fmt: skip
+    (question,) = json.loads(listed.stdout)["interactions"]
+    answered = await asyncio.to_thread(
+        _cli, chdir, "runs", "answer", run_id, question["id"], "yes", "--store", store
+    )
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.startswith(
+        "answer recorded; no cluster worker took the run up while this command held the store"
+    ), answered.stdout
+    assert f"`iterion-nb resume {run_id} --cluster ADDRESS`" in answered.stdout
+    shown = await asyncio.to_thread(_cli, chdir, "runs", "show", run_id, "--store", store,
+                                    "--json")  # fmt: skip
+    assert json.loads(shown.stdout)["status"] == "paused_waiting_human"
+    assert not (chdir / "ran.txt").exists()
 
 
 async def test_the_cli_following_a_run_says_nothing_of_dasks_own_when_the_scheduler_dies(
