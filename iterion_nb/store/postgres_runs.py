@@ -85,6 +85,17 @@ def _json_or_null(value: Any) -> str | None:
     return None if value is None else encode_json(value)
 
 
+#: When the server began serving after its last start or crash recovery, and its time now.
+#: ``pg_postmaster_start_time()`` alone misses a crash recovery (a backend killed: the
+#: postmaster restarts every other process and stays); the shared statistics' reset time,
+#: readable by every role, is set then (and at a start after an immediate shutdown). A
+#: reset by hand (``pg_stat_reset_shared``) only moves a take-over back by the grace.
+_SERVING_SINCE = (
+    "SELECT greatest(pg_postmaster_start_time(), (SELECT stats_reset FROM pg_stat_bgwriter)),"
+    " clock_timestamp()"
+)
+
+
 class PgRuns(PgBase):
     """Runs, checkpoints and leases of the PostgreSQL store."""
 
@@ -294,8 +305,10 @@ class PgRuns(PgBase):
         Every lease lapses in an outage longer than a lease, yet their owners
         may be alive, executing, and about to renew (writing the nodes that
         ended meanwhile): for :data:`TAKEOVER_GRACE` seconds after the server
-        started, only they may. (A process cut off from a server that stayed
-        up cannot be told from a dead one: its lease is the rule.)
+        started serving again — a restart, or a crash recovery (a backend
+        killed), see :data:`_SERVING_SINCE` — only they may. (A process cut off
+        from a server that stayed up cannot be told from a dead one: its lease
+        is the rule.)
 
         Raises:
             OwnerMayRenewError: The run is such a run: its lease lapsed before
@@ -308,7 +321,7 @@ class PgRuns(PgBase):
             or lease_alive(held, now) or not owner_may_live(held, now)
         ):  # fmt: skip
             return
-        cur = await conn.execute("SELECT pg_postmaster_start_time(), clock_timestamp()")
+        cur = await conn.execute(_SERVING_SINCE)
         row = await cur.fetchone()
         assert row is not None
         started, up = row[0], (row[1] - row[0]).total_seconds()

@@ -27,6 +27,7 @@ import iterion_nb as it
 from iterion_nb.errors import (
     AlreadyAnsweredError,
     ConflictError,
+    OwnerMayRenewError,
     RunOwnedError,
     StoreError,
     StoreFileError,
@@ -460,6 +461,44 @@ async def test_a_run_waits_through_a_server_restart_and_goes_on(tmp_path: Path) 
         types = [e.type for e in await session.store.events(run.id)]
         assert types.count("run_started") == 1 and types[-1] == "run_finished", types
         await session.close()
+    finally:
+        server.stop()
+
+
+async def test_a_lease_that_lapsed_before_a_crash_recovery_is_left_to_its_owner_a_while() -> None:
+    """A backend killed: PostgreSQL recovers without restarting its postmaster, and every
+    session is cut, so an owner elsewhere could not renew either. For the grace after the
+    recovery, nobody takes its run over (as after a restart); then anyone may."""
+    import os
+    import signal
+
+    from tests.pgserver import PgServer
+
+    server = PgServer.start()
+    try:
+        store = open_postgres_store(f"{server.url}?connect_timeout=2")
+        owner = Claimant(uuid.uuid4().hex, 4242, "another-machine", ttl=1.0)
+        await store.create_run(replace(a_run(), status="running"), owner=owner)
+        await asyncio.sleep(1.5)  # its lease lapsed (the owner is cut off, or slow)
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+            os.kill(backend, signal.SIGKILL)  # the postmaster resets every process
+        deadline = time.monotonic() + 30
+        while True:  # until recovered
+            try:
+                psycopg.connect(server.url, connect_timeout=2).close()
+                break
+            except psycopg.OperationalError:
+                assert time.monotonic() < deadline, server.log()
+                await asyncio.sleep(0.1)
+        with pytest.raises(OwnerMayRenewError) as refused:
+            await store.acquire_run("r1", Claimant.here())
+        assert 0 < refused.value.wait <= 10, refused.value.wait
+        assert "may still be alive" in str(refused.value)
+        await asyncio.sleep(refused.value.wait + 0.5)  # nobody renewed it meanwhile
+        taken = await store.acquire_run("r1", Claimant.here())
+        assert taken.status == "running"
+        await store.close()
     finally:
         server.stop()
 
