@@ -60,8 +60,12 @@ class Store(Protocol):
         checkpoint: dict[str, Any] | None = UNSET,
         source_hash: str | None = None,
         source: str | None = None,
+        launch: dict[str, Any] | None = None,
     ) -> Run:
-        """Change a run's status, error, checkpoint or source; committed at once."""
+        """Change a run's status, error, checkpoint, source or launch options; committed at once.
+
+        ``launch`` replaces the launch options whole (a run moved to a cluster).
+        """
         ...
 
     async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:

@@ -379,6 +379,10 @@ class Session:
             await self.store.answer(iid, answer, answered_by=by)
         if text != run.source:
             await self.store.update_run(run_id, source_hash=wf.source_hash, source=text)
+        if run.launch.get("executor") != EXECUTOR:  # from now on a cluster run: its pauses
+            # and a worker's crash are the cluster's to take up, as for one started there
+            moved = {**run.launch, "executor": EXECUTOR, "workdir": str(self.workdir.absolute())}
+            await self.store.update_run(run_id, launch=moved)
         self.executor.submit(run_id, queue.id)
         return RunHandle(self, run_id)
 

@@ -93,6 +93,7 @@ class RunTables(DuckDBBase):
         checkpoint: dict[str, Any] | None = UNSET,
         source_hash: str | None = None,
         source: str | None = None,
+        launch: dict[str, Any] | None = None,
     ) -> Run:
         if status == "interrupted":
             raise StoreError("'interrupted' is not stored: a run reads so when its lease lapses")
@@ -108,6 +109,9 @@ class RunTables(DuckDBBase):
         if checkpoint is not UNSET:
             sets.append("checkpoint = ?")
             params.append(None if checkpoint is None else encode_json(checkpoint))
+        if launch is not None:
+            sets.append("launch = ?")
+            params.append(encode_json(launch))
 
         def body() -> Run:
             self._require_run(run_id)

@@ -115,6 +115,7 @@ class MemoryStore:
         checkpoint: dict[str, Any] | None = UNSET,
         source_hash: str | None = None,
         source: str | None = None,
+        launch: dict[str, Any] | None = None,
     ) -> Run:
         if status == "interrupted":
             raise StoreError("'interrupted' is not stored: a run reads so when its lease lapses")
@@ -131,6 +132,8 @@ class MemoryStore:
                 changes["source_hash"] = source_hash
             if source is not None:
                 changes["source"] = source
+            if launch is not None:
+                changes["launch"] = _copy_json(launch)
             run = replace(run, **changes)
             self._runs[run_id] = run
             return self._seen(run)

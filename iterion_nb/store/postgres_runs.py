@@ -212,6 +212,7 @@ class PgRuns(PgBase):
         checkpoint: dict[str, Any] | None = UNSET,
         source_hash: str | None = None,
         source: str | None = None,
+        launch: dict[str, Any] | None = None,
     ) -> Run:
         if status == "interrupted":
             raise StoreError("'interrupted' is not stored: a run reads so when its lease lapses")
@@ -227,6 +228,9 @@ class PgRuns(PgBase):
         if checkpoint is not UNSET:
             sets.append("checkpoint = %s")
             params.append(_json_or_null(checkpoint))
+        if launch is not None:
+            sets.append("launch = %s")
+            params.append(encode_json(launch))
 
         async def body(conn: Conn) -> Run:
             now = await self._now(conn)

@@ -383,15 +383,39 @@ workflow w:
 """
 
 
+GATE_SLOW_GATE = """\
+human gate:
+  instructions: "Ship it?"
+
+tool slow:
+  command: "echo slow-$PPID >> ran.txt; while [ ! -f go ]; do sleep 0.05; done"
+
+human again:
+  instructions: "Sure?"
+
+tool last:
+  command: "echo last-$PPID >> ran.txt"
+
+workflow w:
+  entry: gate
+  gate -> slow
+  slow -> again
+  again -> last
+  last -> done
+"""
+
+
 async def test_answering_a_run_started_here_resumes_it_on_the_cluster_and_returns(
     chdir: Path, postgres_url: str
 ) -> None:
     """A run that executed in a CLI (no cluster) is answered with a cluster at hand:
-    the answering command hands it over and returns while the run goes on."""
+    the answering command hands it over and returns while the run goes on. From then on
+    it is a cluster run: answered again from a command that names no cluster, a worker
+    resumes it, not that command."""
     store = schema_url(postgres_url)
     cluster = await asyncio.to_thread(CliCluster, chdir, 1, store)
     flow = chdir / "flow.iter"
-    flow.write_text(GATE_THEN_SLOW)
+    flow.write_text(GATE_SLOW_GATE)
     try:
         started = await asyncio.to_thread(_cli, chdir, "run", str(flow), "--store", store)
         assert started.returncode == 0, started.stderr  # paused: no cluster involved
@@ -412,11 +436,23 @@ async def test_answering_a_run_started_here_resumes_it_on_the_cluster_and_return
         followed = await asyncio.to_thread(_cli, chdir, "runs", "follow", run_id,
                                            "--store", store, "--timeout", "60")  # fmt: skip
         assert followed.returncode == 0, followed.stderr
-        assert "finished" in followed.stdout.splitlines()[-1]
+        assert "paused" in followed.stdout.splitlines()[-1], followed.stdout
+        listed = await asyncio.to_thread(_cli, chdir, "runs", "questions", run_id,
+                                         "--store", store, "--json")  # fmt: skip
+        (question,) = json.loads(listed.stdout)["interactions"]
+        again = await asyncio.to_thread(
+            _cli, chdir, "runs", "answer", run_id, question["id"], "yes", "--store", store
+        )
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.startswith("answer recorded; a cluster worker resumed the run")
+        followed = await asyncio.to_thread(_cli, chdir, "runs", "follow", run_id,
+                                           "--store", store, "--timeout", "60")  # fmt: skip
+        assert "finished" in followed.stdout.splitlines()[-1], followed.stdout
     finally:
         await asyncio.to_thread(cluster.close)
-    (line,) = (chdir / "ran.txt").read_text().split()
-    assert int(line.split("-")[1]) != os.getpid()
+    slow, last = (chdir / "ran.txt").read_text().split()
+    assert slow.startswith("slow-") and last.startswith("last-")
+    assert int(slow.split("-")[1]) != os.getpid()
 
 
 @pytest.mark.parametrize("told", [True, False], ids=["cluster-named", "no-cluster-named"])

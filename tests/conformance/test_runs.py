@@ -45,6 +45,10 @@ async def test_update_changes_only_what_is_given(store: Store) -> None:
     assert (cleared.error, cleared.source_hash, cleared.source) == (None, "h2", "new")
     assert cleared.checkpoint == {"next": "gate", "n": [1]}
     assert await store.get_run("r1") == cleared
+    moved = await store.update_run("r1", launch={"executor": "dask", "workdir": "/w"})
+    assert moved.launch == {"executor": "dask", "workdir": "/w"}
+    assert (moved.source, moved.checkpoint) == ("new", {"next": "gate", "n": [1]})
+    assert await store.get_run("r1") == moved
 
 
 async def test_list_runs_newest_first_with_filter_and_limit(store: Store) -> None:
