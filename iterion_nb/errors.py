@@ -183,14 +183,24 @@ class OwnerMayRenewError(RunOwnedError):
     only they may take their runs (they renew first), nobody else.
     """
 
-    def __init__(self, run_id: str, pid: int, host: str, since: datetime, *, wait: float) -> None:
-        super().__init__(run_id, pid, host, since)
+    def __init__(
+        self, run_id: str, pid: int, host: str, since: datetime, *, wait: float,
+        queued: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__(run_id, pid, host, since, queued=queued)
         self.wait = wait
+        again = f"Try again in {max(wait, 0.1):.0f} s: then the run is yours if nobody"
+        if queued:
+            self.args = (
+                f"run '{run_id}' waited in a cluster's queue (queued by process {pid} on host"
+                f" '{host}') when the run store's server went away; it is back, and a worker"
+                f" may take the run up first. {again} took it",
+            )
+            return
         self.args = (
             f"run '{run_id}' was executing (process {pid} on host '{host}') when the run"
             " store's server went away; it is back, and that process may still be alive:"
-            f" it renews its hold first. Try again in {max(wait, 0.1):.0f} s: then the run"
-            " is yours if nobody renewed it",
+            f" it renews its hold first. {again} renewed it",
         )
 
 

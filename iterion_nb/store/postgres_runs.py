@@ -22,6 +22,7 @@ from iterion_nb.errors import (
     StoreError,
 )
 from iterion_nb.runtime.ownership import (
+    QUEUE_PREFIX,
     TAKEOVER_GRACE,
     Claimant,
     check_acquire,
@@ -332,8 +333,9 @@ class PgRuns(PgBase):
         # lapsed before the server was back: its owner could not renew it (once back, it could)
         if held.expires_at <= started and up < TAKEOVER_GRACE:
             raise OwnerMayRenewError(
-                run.id, held.pid, held.host, held.since, wait=TAKEOVER_GRACE - up
-            )
+                run.id, held.pid, held.host, held.since, wait=TAKEOVER_GRACE - up,
+                queued=held.owner.startswith(QUEUE_PREFIX),
+            )  # fmt: skip
 
     async def acquire_run(
         self,

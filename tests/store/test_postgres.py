@@ -465,7 +465,10 @@ async def test_a_run_waits_through_a_server_restart_and_goes_on(tmp_path: Path) 
         server.stop()
 
 
-async def test_a_lease_that_lapsed_before_a_crash_recovery_is_left_to_its_owner_a_while() -> None:
+@pytest.mark.parametrize("held_by", ["an-owner", "a-queue"])
+async def test_a_lease_that_lapsed_before_a_crash_recovery_is_left_to_its_owner_a_while(
+    held_by: str,
+) -> None:
     """A backend killed: PostgreSQL recovers without restarting its postmaster, and every
     session is cut, so an owner elsewhere could not renew either. For the grace after the
     recovery, nobody takes its run over (as after a restart); then anyone may."""
@@ -478,6 +481,8 @@ async def test_a_lease_that_lapsed_before_a_crash_recovery_is_left_to_its_owner_
     try:
         store = open_postgres_store(f"{server.url}?connect_timeout=2")
         owner = Claimant(uuid.uuid4().hex, 4242, "another-machine", ttl=1.0)
+        if held_by == "a-queue":  # a run waiting for a cluster's worker
+            owner = Claimant.queue(1.0)
         await store.create_run(replace(a_run(), status="running"), owner=owner)
         await asyncio.sleep(1.5)  # its lease lapsed (the owner is cut off, or slow)
         with psycopg.connect(server.url, autocommit=True) as conn:
@@ -494,7 +499,12 @@ async def test_a_lease_that_lapsed_before_a_crash_recovery_is_left_to_its_owner_
         with pytest.raises(OwnerMayRenewError) as refused:
             await store.acquire_run("r1", Claimant.here())
         assert 0 < refused.value.wait <= 10, refused.value.wait
-        assert "may still be alive" in str(refused.value)
+        said = str(refused.value)
+        if held_by == "a-queue":
+            assert "waited in a cluster's queue" in said and "a worker may take" in said, said
+        else:
+            assert "was executing (process 4242 on host 'another-machine')" in said, said
+            assert "may still be alive" in said, said
         await asyncio.sleep(refused.value.wait + 0.5)  # nobody renewed it meanwhile
         taken = await store.acquire_run("r1", Claimant.here())
         assert taken.status == "running"
