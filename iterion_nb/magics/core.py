@@ -161,7 +161,7 @@ class IterionMagics(Magics):
         A store that fails to open is not remembered: the next magic without
         ``--store`` uses the one before it.
         """
-        key: Path | str
+        key: Path | str = store or ""
         try:
             if store:
                 key = store if is_store_url(store) else resolve_store_path(store)
@@ -173,7 +173,8 @@ class IterionMagics(Magics):
             elif session in _UNREACHED:
                 _recluster(session)
         except IterionError as err:  # one line (a driver's message may span several), masked
-            said, password = " ".join(str(err).split()), url_password(store or store_url() or "")
+            # the password of the store that failed: named, the last one, or the default
+            said, password = " ".join(str(err).split()), url_password(str(key))
             raise UsageError(f"%iterion: {mask_secrets(said, password)}") from None
         _LAST[:] = [key]  # only once it opened
         return session
