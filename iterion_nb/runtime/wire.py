@@ -6,6 +6,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
+from iterion_nb.runtime.ownership import QUEUE_PREFIX
 from iterion_nb.runtime.records import Event, Interaction, Run
 
 
@@ -17,13 +18,16 @@ def run_json(run: Run, *, full: bool = False) -> dict[str, Any]:
     """A run on the wire (``full`` adds vars, outputs and the error details).
 
     ``owner`` names the process that executes the run, or keeps it parked
-    (paused) to resume it when answered; None when no live process does.
+    (paused) to resume it when answered — or, ``queued``, the one that sent it
+    to a cluster's queue, where it waits for a worker; None when no live process
+    does.
     """
     lease = run.lease
     owner = None
     if lease is not None:
         owner = {"pid": lease.pid, "host": lease.host, "since": _time(lease.since),
-                 "expires_at": _time(lease.expires_at)}  # fmt: skip
+                 "expires_at": _time(lease.expires_at),
+                 "queued": lease.owner.startswith(QUEUE_PREFIX)}  # fmt: skip
     data: dict[str, Any] = {
         "id": run.id,
         "workflow": run.workflow,

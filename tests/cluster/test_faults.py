@@ -246,6 +246,7 @@ async def test_detached_with_no_worker_up_the_cli_warns_and_the_first_worker_run
             capture_output=True, text=True, timeout=60, cwd=chdir, check=False,
         )  # fmt: skip
         assert json.loads(shown.stdout)["status"] == "running", shown.stdout
+        assert json.loads(shown.stdout)["owner"]["queued"] is True, shown.stdout
         again = await asyncio.to_thread(
             subprocess.run, [CLI, "resume", run_id, "--store", store, "--cluster", cluster.address],
             capture_output=True, text=True, timeout=60, cwd=chdir, check=False,
