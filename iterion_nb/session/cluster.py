@@ -320,18 +320,28 @@ async def _execute(store_spec: str, run_id: str, take_from: str | None) -> str:
         await session.close()
 
 
-def submit_resume(client: Any, store_spec: str, run: Run) -> None:
-    """One task per run and state: watchers reacting together submit it once.
+def submit_resumes(client: Any, store_spec: str, runs: list[Run]) -> None:
+    """One task per run and state (watchers reacting together submit it once), in one graph.
 
     ``client`` is asynchronous, on the caller's loop: submitting only queues
-    messages, which go out when the caller next waits (a watcher closes the
-    client right after, which sends them first).
+    messages, which go out when the caller next waits; a watcher closes the
+    client right after. One graph, not one per run: the scheduler takes a graph
+    in asynchronously, and a client that closed while it still took in later
+    ones would be sent the end of a quick task of an earlier one on its closed
+    connection, which the scheduler logs as a CRITICAL error with a traceback.
+    Taken in as one, the tasks are handed to ``fire_and_forget`` and released
+    by this client in the same breath.
     """
     import distributed
 
-    key = f"iterion-resume-{run.id}-{run.updated_at.timestamp()}"
-    future = client.submit(execute_run, store_spec, run.id, None, key=key, pure=False)
-    distributed.fire_and_forget(future)  # type: ignore[no-untyped-call]
+    keys = [f"iterion-resume-{run.id}-{run.updated_at.timestamp()}" for run in runs]
+    futures = client.map(
+        execute_run, [store_spec] * len(runs), [run.id for run in runs], [None] * len(runs),
+        key=keys, pure=False,
+    )  # fmt: skip
+    distributed.fire_and_forget(futures)  # type: ignore[no-untyped-call]
+    for future in futures:
+        future.release()
 
 
 __all__ = [
@@ -340,6 +350,6 @@ __all__ = [
     "DaskExecutor",
     "execute_run",
     "reach_scheduler",
-    "submit_resume",
+    "submit_resumes",
     "worker_store",
 ]

@@ -28,7 +28,7 @@ from iterion_nb.session.cluster import (
     EXECUTOR,
     SCAN_INTERVAL,
     log,
-    submit_resume,
+    submit_resumes,
     worker_store,
 )
 
@@ -223,8 +223,7 @@ class RunWatcher(distributed.WorkerPlugin):
                 self._scheduler, security=self._security, asynchronous=True,
                 set_as_default=False, timeout=f"{CONNECT_TIMEOUT:.0f}s",
             ) as client:  # fmt: skip
-                for run in runs:
-                    submit_resume(client, self.store_spec, run)
+                submit_resumes(client, self.store_spec, runs)
         except (OSError, TimeoutError) as err:
             # one line for the whole outage, not one per ring: the worker usually exits
             # without its scheduler anyway, and a watcher's scan submits these runs later

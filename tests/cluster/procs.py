@@ -45,10 +45,17 @@ def _children(pid: int) -> list[int]:
 class CliCluster:
     """``dask scheduler`` and ``dask worker`` processes (each worker: a nanny and its worker)."""
 
-    def __init__(self, tmp_path: Path, workers: int = 2, store: str | None = None) -> None:
-        """Start a scheduler and ``workers`` workers (preloaded with the watcher if ``store``)."""
+    def __init__(
+        self, tmp_path: Path, workers: int = 2, store: str | None = None,
+        scheduler_log: Path | None = None,
+    ) -> None:  # fmt: skip
+        """Start a scheduler and ``workers`` workers (preloaded with the watcher if ``store``).
+
+        The scheduler's log goes to ``scheduler_log`` (appended to), if given.
+        """
         self.tmp_path = tmp_path
         self.store = store
+        self.scheduler_log = scheduler_log
         self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.scheduler = self._scheduler()
@@ -59,11 +66,15 @@ class CliCluster:
             self.wait_for_workers(workers)
 
     def _scheduler(self) -> subprocess.Popen[bytes]:
+        log = self.scheduler_log
+        output = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
         proc = subprocess.Popen(
             [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(self.port),
              "--no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=output,
         )  # fmt: skip
+        if log is not None:
+            output.close()  # type: ignore[union-attr]
         deadline = time.monotonic() + 60
         while not _listening(self.port):
             assert time.monotonic() < deadline, "the scheduler did not start"

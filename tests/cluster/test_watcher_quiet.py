@@ -88,3 +88,36 @@ async def test_the_scheduler_going_away_leaves_no_traceback_of_the_watcher(
         await session.close()
         await asyncio.to_thread(cluster.close)
     assert ran(chdir) == Counter({"after": 2})
+
+
+async def test_many_runs_resumed_at_once_leave_the_schedulers_log_clean(
+    chdir: Path,  # noqa: F811 - the fixture
+    postgres_url: str,
+) -> None:
+    """Two workers' watchers submit a batch of resumes each and close their clients at
+    once; the scheduler takes the batches in after they left, and must not report a task
+    that ended meanwhile to a closed client (a CRITICAL record with a traceback)."""
+    store = schema_url(postgres_url)
+    log = chdir / "scheduler.log"
+    cluster = await asyncio.to_thread(CliCluster, chdir, 2, store, log)
+    session = Session(store, cluster=cluster.address, workdir=chdir)
+    try:
+        runs = [await session.start(it.compile(GATE)) for _ in range(150)]
+        for run in runs:
+            assert await run.wait(60) == "paused_waiting_human"
+        for run in runs:  # all at once: the watchers resume them in batches
+            (question,) = await run.pending_questions()
+            await session.store.answer(question.id, "yes", answered_by="test")
+
+        async def all_finished() -> bool:
+            statuses = {(await session.store.get_run(run.id)).status for run in runs}
+            return statuses == {"finished"}
+
+        await until(all_finished, timeout=120)
+    finally:
+        await session.close()
+        await asyncio.to_thread(cluster.close)
+    assert ran(chdir) == Counter({"after": 150})
+    said = log.read_text()
+    bad = [r for r in records(said) if " - CRITICAL - " in r or "Traceback" in r]
+    assert not bad, "".join(bad[:3])
