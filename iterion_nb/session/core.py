@@ -107,8 +107,15 @@ class Session:
                 " cluster=False to run here"
                 + (f" ({CLUSTER_ENV} names a cluster)" if os.environ.get(CLUSTER_ENV) else "")
             )
+        self._serve = serve
+        self._serve_now = False
+        self.holder: Holder | None = None
         if store is None or isinstance(store, str | os.PathLike):
-            self.store: Store = open_store(store, on_take_over=self._took_over)
+            # the file opened here: served at once, so that other processes (a terminal,
+            # another kernel) can use the store while this session merely holds it
+            self.store: Store = open_store(
+                store, on_take_over=self._took_over, on_open=self._opened
+            )
             self._owns_store = True
         else:
             self.store = store
@@ -132,13 +139,25 @@ class Session:
         self.failures: dict[str, str] = {}
         self._final_outputs: dict[str, dict[str, Any]] = {}
         self._scenarios: dict[str, Scenario] = {}
-        self._serve = serve
         self._closed = False
-        self.holder: Holder | None = None
         self.parking = parking
         self.executor: DaskExecutor | None = None
         if cluster:
             self.executor = DaskExecutor(cluster, store_spec(store, self.store))
+        if self._serve_now:
+            self._serve_if_loop()
+
+    def _opened(self, local: Store) -> None:
+        """This process opened the file itself (served at the end of ``__init__``)."""
+        self._serve_now = True
+
+    def _serve_if_loop(self) -> None:
+        """Serve the file opened here if a loop runs (else start and resume serve it)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet (a script before asyncio.run)
+        self.serve()
 
     def _took_over(self, local: Store) -> None:
         """The holder we used died and this process opened the file: serve it now."""

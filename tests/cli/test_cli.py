@@ -449,3 +449,39 @@ def test_ctrl_c_as_the_command_starts_is_one_line_not_a_traceback(
         assert err.endswith("iterion-nb: interrupted\n"), err
     else:
         assert proc.returncode in (1, -signal.SIGINT), (proc.returncode, err)
+
+
+HOLDS_ONLY = """\
+import asyncio, sys
+from iterion_nb.session import Session
+
+async def main():
+    session = Session(sys.argv[1])  # opens the file; starts no run
+    await session.store.list_runs()
+    print("open", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await session.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_session_that_merely_holds_the_store_lets_the_cli_use_it(tmp_path: Path) -> None:
+    """A notebook that only listed runs holds the DuckDB file: a terminal's commands go
+    through it at once (it serves the file), not after 15 s of waiting for a holder."""
+    store = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDS_ONLY, str(store)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "open\n"
+        listed = subprocess.run(
+            [str(SCRIPT), "runs", "list", "--store", str(store), "--json"],
+            capture_output=True, text=True, check=False, timeout=10, cwd=tmp_path,
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == {"runs": []}
+    finally:
+        proc.communicate("", timeout=30)
+
