@@ -29,7 +29,13 @@ import tornado.netutil
 import tornado.web
 
 from iterion_nb.api.errlog import forget_this_thread, reroute_this_thread
-from iterion_nb.api.handlers import HEADER_READ_LIMIT, MAX_BODY, NotFoundHandler, routes
+from iterion_nb.api.handlers import (
+    HEADER_READ_LIMIT,
+    MAX_BODY,
+    ApiError,
+    NotFoundHandler,
+    routes,
+)
 from iterion_nb.api.service import RunService
 from iterion_nb.api.store_rpc import store_routes
 from iterion_nb.errors import ResumeError, RunError
@@ -48,9 +54,20 @@ from iterion_nb.store.holder_file import (
 )
 from iterion_nb.store.remote import open_store
 
+#: Seconds a run route waits for the holder's loop to take its call up before it answers
+#: 503 ``holder_busy`` (the call is then not made at all).
+BUSY_SECONDS = 3.0
+
 
 class _OnLoop:
-    """A RunService whose calls run on another thread's event loop."""
+    """A RunService whose calls run on another thread's event loop (the session's).
+
+    That loop may be busy: a notebook whose cell computes for minutes runs
+    nothing else meanwhile. A call it has not taken up within
+    :data:`BUSY_SECONDS` is withdrawn (it never runs) and refused with 503
+    ``holder_busy``, so a terminal says why instead of hanging. A call the loop
+    took up is waited for, however long it takes.
+    """
 
     def __init__(self, service: RunService, loop: asyncio.AbstractEventLoop) -> None:
         self._service = service
@@ -60,8 +77,26 @@ class _OnLoop:
         method = getattr(self._service, name)
 
         async def call(*args: Any) -> Any:
-            future = asyncio.run_coroutine_threadsafe(method(*args), self._loop)
-            return await asyncio.wrap_future(future)
+            begun = threading.Event()
+
+            async def run() -> Any:
+                begun.set()
+                return await method(*args)
+
+            future = asyncio.run_coroutine_threadsafe(run(), self._loop)
+            waited = asyncio.wrap_future(future)
+            try:
+                return await asyncio.wait_for(asyncio.shield(waited), BUSY_SECONDS)
+            except TimeoutError:
+                if not begun.is_set() and future.cancel():
+                    raise ApiError(
+                        503, "holder_busy",
+                        f"process {os.getpid()} holds the run store, but it is busy: it has"
+                        f" not taken a request up for {BUSY_SECONDS:.0f} s (a notebook cell"
+                        " still running?); try again once it is free",
+                        pid=os.getpid(),
+                    ) from None  # fmt: skip
+                return await waited
 
         return call
 

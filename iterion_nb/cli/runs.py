@@ -169,8 +169,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 # -- clients ---------------------------------------------------------------------
+class _Busy(Exception):  # noqa: N818 - a condition: asked again
+    """The holder's loop did not take the request up (the request was not made)."""
+
+
 class Unreachable(Exception):  # noqa: N818 - a condition, handled by working on the file
     """The holder did not answer (it died, is stopping or hangs) or is not one."""
+
+
+#: How long a command waits for a busy holder (a notebook running a long cell) in all.
+BUSY_WAIT_SECONDS = 120.0
 
 
 class HttpClient:
@@ -178,12 +186,38 @@ class HttpClient:
 
     def __init__(self, holder: HolderInfo, db_path: Path) -> None:
         self._client = HolderClient(holder, db_path)
+        self._busy_said = False
 
     async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One request; Unreachable when no holder answered (the caller goes to the file)."""
+        """One request; Unreachable when no holder answered (the caller goes to the file).
+
+        A holder whose loop is busy (``holder_busy``: the request was not made)
+        is asked again, after one line on stderr, for :data:`BUSY_WAIT_SECONDS`.
+        """
+        deadline = asyncio.get_running_loop().time() + BUSY_WAIT_SECONDS
+        while True:
+            try:
+                return await self._request(method, path, body)
+            except _Busy as busy:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise CliError(
+                        f"{busy} — still busy after {BUSY_WAIT_SECONDS:.0f} s", 1
+                    ) from None
+                if not self._busy_said:
+                    self._busy_said = True
+                    sys.stderr.write(
+                        f"iterion-nb: {busy}; waiting for it (up to"
+                        f" {BUSY_WAIT_SECONDS:.0f} s, Ctrl-C to stop)\n"
+                    )
+                    sys.stderr.flush()
+                await asyncio.sleep(0.5)
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         try:
             return await self._client.call(method, path, body)
         except HolderCallError as err:
+            if err.code == "holder_busy":
+                raise _Busy(str(err).split("; try again")[0]) from None
             if err.status == 0:
                 raise Unreachable(str(err)) from None
             if err.code == "invalid_answer":  # hinted as the same refusal on the file is

@@ -485,3 +485,51 @@ def test_a_session_that_merely_holds_the_store_lets_the_cli_use_it(tmp_path: Pat
     finally:
         proc.communicate("", timeout=30)
 
+
+BLOCKS_ITS_LOOP = """\
+import asyncio, sys, time
+from iterion_nb.session import Session
+
+async def main():
+    session = Session(sys.argv[1])
+    await session.store.list_runs()
+    print("open", flush=True)
+    read = asyncio.get_running_loop().run_in_executor
+    await read(None, sys.stdin.readline)
+    time.sleep(float(sys.argv[2]))  # a notebook cell computing: the loop runs nothing else
+    print("free", flush=True)
+    await read(None, sys.stdin.read)
+    await session.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_holder_busy_with_a_long_cell_is_waited_for_and_said(tmp_path: Path) -> None:
+    """The CLI's request is not taken up while the holder's loop is blocked: the command
+    says the holder is busy (one line), waits, and gets its answer once the loop is free."""
+    store = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCKS_ITS_LOOP, str(store), "7"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "open\n"
+        proc.stdin.write("block\n")
+        proc.stdin.flush()
+        listed = subprocess.run(
+            [str(SCRIPT), "runs", "list", "--store", str(store)],
+            capture_output=True, text=True, check=False, timeout=60, cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.stdout.readline() == "free\n"
+    finally:
+        proc.communicate("", timeout=30)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == "no runs\n"
+    pid = proc.pid
+    assert listed.stderr == (
+        f"iterion-nb: process {pid} holds the run store, but it is busy: it has not taken a"
+        " request up for 3 s (a notebook cell still running?); waiting for it (up to 120 s,"
+        " Ctrl-C to stop)\n"
+    )
