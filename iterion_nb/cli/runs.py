@@ -312,8 +312,9 @@ async def _after_answer(
         paused = latest.status == "paused_waiting_human"
         ready = paused and await ready_to_resume(session.store, latest)
         if isinstance(session.store, DuckDBStore) and (latest.status == "running" or ready):
+            before = latest.updated_at
             latest = await _serve_workers(session, run_id, latest)
-            outcome["resumed"] = outcome["resumed"] or latest.status != "paused_waiting_human"
+            outcome["resumed"] = outcome["resumed"] or latest.updated_at != before
             outcome["held_here"] = str(session.store.path)
         outcome["status"] = latest.status
         outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
@@ -340,12 +341,15 @@ async def _serve_workers(session: Session, run_id: str, latest: Any) -> Any:
     sys.stderr.write(_SERVING_WORKERS.format(run_id=run_id, store=session.store.path))
     sys.stderr.flush()
     deadline = asyncio.get_running_loop().time() + TAKE_UP_SECONDS
-    while latest.status == "paused_waiting_human":
+    answered = latest.updated_at
+    # a worker taking the run changes it, even one that runs it to its next pause between
+    # two looks here
+    while latest.status == "paused_waiting_human" and latest.updated_at == answered:
         if asyncio.get_running_loop().time() > deadline:
             return latest  # no worker came: said in the outcome
         await asyncio.sleep(0.2)
         latest = await session.store.get_run(run_id)
-    if latest.status == "running":
+    if latest.status in ("running", "interrupted"):  # followed through a worker's crash
         await session.run(run_id).wait()
         latest = await session.store.get_run(run_id)
     return latest

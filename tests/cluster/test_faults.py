@@ -491,6 +491,39 @@ async def test_answered_on_a_duckdb_store_nobody_else_holds_the_answer_serves_th
     assert len((chdir / "ran.txt").read_text().split()) == 1
 
 
+async def test_answered_on_a_duckdb_store_a_run_that_pauses_again_at_once_is_said_resumed(
+    chdir: Path,
+) -> None:
+    """The worker takes the run and pauses it at its next gate within moments: the
+    answering command sees that it went on (not a run nobody took up) and returns."""
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1)
+    flow = chdir / "flow.iter"
+    flow.write_text(GATE_SLOW_GATE)
+    (chdir / "go").touch()
+    store = str(chdir / "store")
+    try:
+        started = await asyncio.to_thread(
+            _cli, chdir, "run", str(flow), "--store", store, "--cluster", cluster.address
+        )
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.split()[1]
+        listed = await asyncio.to_thread(_cli, chdir, "runs", "questions", run_id,
+                                         "--store", store, "--json")  # fmt: skip
+        (question,) = json.loads(listed.stdout)["interactions"]
+        answered = await asyncio.to_thread(
+            _cli, chdir, "runs", "answer", run_id, question["id"], "yes", "--store", store
+        )
+        assert answered.returncode == 0, answered.stderr
+        assert answered.stdout == (
+            "answer recorded; a cluster worker resumed the run; it is paused_waiting_human\n"
+        )
+        asked = await asyncio.to_thread(_cli, chdir, "runs", "questions", run_id,
+                                        "--store", store, "--json")  # fmt: skip
+        assert [q["node_id"] for q in json.loads(asked.stdout)["interactions"]] == ["again"]
+    finally:
+        await asyncio.to_thread(cluster.close)
+
+
 async def test_answered_on_a_duckdb_store_with_no_worker_up_the_answer_says_who_resumes_it(
     chdir: Path,
 ) -> None:
