@@ -318,7 +318,7 @@ class Session:
         for iid in answers or {}:
             await self.answers.question(run_id, iid)
         if self.executor is not None and take_from is None:
-            return await self._resume_on_cluster(run_id, wf, text, answers, answered_by)
+            return await self._resume_on_cluster(record, wf, text, answers, answered_by)
         run = await self.store.acquire_run(
             run_id, self.claimant, statuses=statuses, take_from=take_from
         )
@@ -329,13 +329,8 @@ class Session:
                 await self.store.answer(iid, answer, answered_by=answered_by)
             if text != run.source:
                 await self.store.update_run(run_id, source_hash=wf.source_hash, source=text)
-        except BaseException:  # give the run back as it was
-            prior: RunStatus = "running" if record.status == "interrupted" else record.status
-            with contextlib.suppress(Exception):
-                await self.store.settle_run(
-                    run_id, self.claimant.id, status=prior, error=record.error,
-                    checkpoint=run.checkpoint or {}, event=None,
-                )  # fmt: skip
+        except BaseException:
+            await self._give_back(record, self.claimant.id, run.checkpoint)
             self.leases.drop(run_id)
             raise
         state = RunState.from_checkpoint(run.checkpoint or {})
@@ -385,23 +380,42 @@ class Session:
             )
         return wf, text
 
+    async def _give_back(
+        self, record: RunRecord, owner: str, checkpoint: dict[str, Any] | None
+    ) -> None:
+        """Settle a run just taken as it was before (what came after the take failed)."""
+        prior: RunStatus = "running" if record.status == "interrupted" else record.status
+        with contextlib.suppress(Exception):
+            await self.store.settle_run(
+                record.id, owner, status=prior, error=record.error,
+                checkpoint=checkpoint or {}, event=None,
+            )  # fmt: skip
+
     async def _resume_on_cluster(
-        self, run_id: str, wf: m.Workflow, text: str, answers: dict[str, Any] | None, by: str
-    ) -> RunHandle:
+        self, record: RunRecord, wf: m.Workflow, text: str, answers: dict[str, Any] | None,
+        by: str,
+    ) -> RunHandle:  # fmt: skip
         """Take the run for the cluster (atomically), record the answers, queue it."""
         assert self.executor is not None
+        run_id = record.id
         check_tools_reach_workers(wf)
         await self.executor.connected()  # no scheduler answers: the run is not taken
         queue = self.executor.queue_claimant()
         run = await self.store.acquire_run(run_id, queue)
-        for iid, answer in (answers or {}).items():
-            await self.store.answer(iid, answer, answered_by=by)
-        if text != run.source:
-            await self.store.update_run(run_id, source_hash=wf.source_hash, source=text)
-        if run.launch.get("executor") != EXECUTOR:  # from now on a cluster run: its pauses
-            # and a worker's crash are the cluster's to take up, as for one started there
-            moved = {**run.launch, "executor": EXECUTOR, "workdir": str(self.workdir.absolute())}
-            await self.store.update_run(run_id, launch=moved)
+        try:
+            if run.launch.get("executor") != EXECUTOR:  # from now on a cluster run: its
+                # pauses and a worker's crash are the cluster's to take up
+                workdir = str(self.workdir.absolute())
+                await self.store.update_run(
+                    run_id, launch={**run.launch, "executor": EXECUTOR, "workdir": workdir}
+                )
+            for iid, answer in (answers or {}).items():
+                await self.store.answer(iid, answer, answered_by=by)
+            if text != run.source:
+                await self.store.update_run(run_id, source_hash=wf.source_hash, source=text)
+        except BaseException:  # not queued: the run stays as it was, for anyone to resume
+            await self._give_back(record, queue.id, run.checkpoint)
+            raise
         self.executor.submit(run_id, queue.id)
         return RunHandle(self, run_id)
 

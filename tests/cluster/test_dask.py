@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import iterion_nb as it
-from iterion_nb.errors import ResumeError, RunOwnedError
+from iterion_nb.errors import ResumeError, RunOwnedError, StoreError
 from iterion_nb.session import Session
 
 from .procs import CliCluster, free_port
@@ -604,3 +604,32 @@ async def test_an_await_answers_gate_times_out_while_nobody_holds_the_run(
         assert "Which colour?" in run.error
     finally:
         await session.close()
+
+
+async def test_a_move_to_the_cluster_that_fails_after_taking_the_run_gives_it_back(
+    tmp_path: Path, cluster: Any, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taking the run for the cluster's queue, then failing to record the move: the run is
+    not queued, so it must not read as queued (refusing every resume for a minute)."""
+    url = postgres_url + ("&" if "?" in postgres_url else "?") + f"schema=gb_{os.getpid()}"
+    here = Session(url, cluster=False, workdir=tmp_path)
+    try:
+        run = await here.start(it.compile(GATE))
+        assert await run.wait(30) == "paused_waiting_human"
+    finally:
+        await here.close()
+    moving = Session(url, cluster=cluster.scheduler_address, workdir=tmp_path)
+    try:
+
+        async def broken(*args: Any, **changes: Any) -> Any:
+            raise StoreError("the store went away")
+
+        monkeypatch.setattr(moving.store, "update_run", broken)
+        with pytest.raises(StoreError, match="went away"):
+            await moving.resume(run.id)
+        monkeypatch.undo()
+        back = await moving.store.get_run(run.id)
+        assert (back.status, back.lease) == ("paused_waiting_human", None)
+        assert "executor" not in back.launch
+    finally:
+        await moving.close()
