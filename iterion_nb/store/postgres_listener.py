@@ -60,7 +60,9 @@ class Listener:
                 async for note in conn.notifies():
                     self.doorbell.ring(note.payload or ANY)
             except psycopg.Error as err:
-                log.warning("lost the LISTEN connection (%s); reconnecting", type(err).__name__)
+                # no action needed (it reconnects), and a store call that waits says the
+                # server is away: not a warning of its own
+                log.info("lost the LISTEN connection (%s); reconnecting", type(err).__name__)
             with contextlib.suppress(Exception):
                 await conn.close()
             conn = await self._reconnect()

@@ -578,6 +578,8 @@ async def test_an_outage_is_logged_once_not_at_every_attempt_to_reconnect(
     back = [m for m in said if m.startswith("connected again in 'iterion-nb:iterion_nb' after ")]
     assert len(back) == 1, said
     assert said.index(failed[0]) < said.index(back[0])
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith("iterion_nb")]
+    assert [m for m in ours if "is away, waiting" in m] == [m for m in ours], ours  # only that
 
 
 CANCELLER = """
