@@ -106,6 +106,11 @@ _MASK = "***"
 _TRAILING = re.compile(r"[:;,.!?)\]}>]*")
 
 
+def one_line(text: str) -> str:
+    """A server's message on one line: libpq adds hints on lines of their own (tab first)."""
+    return " — ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
 def mask_secrets(text: str, password: str | None = None) -> str:
     """``text`` (a message, say) with every password it shows replaced by ``***``.
 

@@ -36,7 +36,7 @@ from psycopg import AsyncConnection
 from iterion_nb.errors import NotFoundError, StoreError
 from iterion_nb.runtime.doorbell import Doorbell
 from iterion_nb.runtime.records import encode_json
-from iterion_nb.store.location import mask_secrets, mask_url, url_password
+from iterion_nb.store.location import mask_secrets, mask_url, one_line, url_password
 from iterion_nb.store.postgres_schema import channel_for
 from iterion_nb.store.worker import EventBuffer
 
@@ -329,7 +329,7 @@ class PgBase:
     def _scrub(self, text: str) -> str:
         # where a password stands, or as a whole word: replacing its text wherever it
         # occurs would mangle every word that contains it
-        return mask_secrets(text, self._password)
+        return mask_secrets(one_line(text), self._password)
 
     def _failure(self, err: BaseException | str) -> StoreError:
         return StoreError(self._scrub(f"the run store {self.display_url} failed: {err}"))

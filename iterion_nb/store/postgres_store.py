@@ -60,6 +60,7 @@ from iterion_nb.store.location import (
     check_url_parameters,
     mask_secrets,
     mask_url,
+    one_line,
     url_password,
 )
 from iterion_nb.store.postgres_base import (
@@ -146,7 +147,7 @@ def store_exists(url: str) -> tuple[str, bool]:
             ).fetchone()
     except psycopg.Error as err:
         said = f"cannot connect to the run store {mask_url(url)}: {err}"
-        raise StoreError(mask_secrets(said, url_password(url))) from None
+        raise StoreError(mask_secrets(one_line(said), url_password(url))) from None
     return schema, found is not None and found[0] is not None
 
 

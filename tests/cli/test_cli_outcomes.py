@@ -163,6 +163,9 @@ def test_a_postgresql_server_that_is_not_there_is_said_once(tmp_path: Path) -> N
         f"iterion-nb: cannot connect to the run store postgresql://someone:***@127.0.0.1:{port}/db:"
     ), refused.stderr
     assert refused.stderr.count("cannot connect") == 1 and "secret" not in refused.stderr
+    # libpq's hint, on a line of its own there, joins the message's one line
+    assert refused.stderr.count("\n") == 1 and "\t" not in refused.stderr
+    assert "Connection refused — Is the server running on that host" in refused.stderr
 
 
 def test_a_run_taken_over_while_its_command_was_frozen_says_who_has_it(tmp_path: Path) -> None:
