@@ -166,7 +166,8 @@ def reach_scheduler(address: str) -> None:
             raise IterionError(f"cannot reach the Dask scheduler at {address}: {err}") from None
 
 
-_PORTS = "a scheduler listens on port 8786 by default; 8787 is its dashboard"
+DASHBOARD_PORT = 8787
+_PORTS = f"a scheduler listens on port 8786 by default; {DASHBOARD_PORT} is its dashboard"
 
 
 def _listens(address: str, host: str, port: int) -> None:
@@ -181,9 +182,12 @@ def _listens(address: str, host: str, port: int) -> None:
         with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT):
             pass
     except ConnectionRefusedError:
+        start = (  # 8787 is where a scheduler's dashboard listens, not the scheduler
+            f"`dask scheduler`; {_PORTS}" if port == DASHBOARD_PORT
+            else f"`dask scheduler --port {port}`"
+        )  # fmt: skip
         raise IterionError(
-            f"no Dask scheduler at {address}: nothing listens there (start one with"
-            f" `dask scheduler --port {port}`)"
+            f"no Dask scheduler at {address}: nothing listens there (start one with {start})"
         ) from None
     except TimeoutError:
         raise IterionError(
@@ -206,6 +210,8 @@ class DaskExecutor:
         self.store_spec = store_spec
         self._client: Any = None
         self._connecting = threading.Lock()
+        #: Why the last attempt to reach the scheduler failed (None once it succeeds).
+        self.error: str | None = None
 
     @property
     def client(self) -> Any:
@@ -220,24 +226,27 @@ class DaskExecutor:
         """
         with self._connecting:
             if self._client is None:
-                client = _client(self.cluster)
-                from iterion_nb.session.watcher import RunWatcher
-
-                # one watcher per store on every worker (registering it again changes
-                # nothing); Dask logs plugin names, and its dashboard shows those logs:
-                # no password in it
                 try:
-                    client.register_plugin(
-                        RunWatcher(self.store_spec), name=plugin_name(self.store_spec)
-                    )
-                except Exception as err:
-                    if client is not self.cluster:
-                        client.close()
-                    raise IterionError(
-                        f"cannot use the Dask scheduler at {self.cluster}: {err}"
-                    ) from None
-                self._client = client
+                    self._client = self._registered(_client(self.cluster))
+                except IterionError as err:
+                    self.error = str(err)
+                    raise
+                self.error = None
             return self._client
+
+    def _registered(self, client: Any) -> Any:
+        """``client``, once the watcher is registered on the workers through it."""
+        from iterion_nb.session.watcher import RunWatcher
+
+        # one watcher per store on every worker (registering it again changes nothing);
+        # Dask logs plugin names, and its dashboard shows those logs: no password in it
+        try:
+            client.register_plugin(RunWatcher(self.store_spec), name=plugin_name(self.store_spec))
+        except Exception as err:
+            if client is not self.cluster:
+                client.close()
+            raise IterionError(f"cannot use the Dask scheduler at {self.cluster}: {err}") from None
+        return client
 
     async def connected(self) -> Any:
         """:meth:`connect` in a thread: the caller's event loop (a kernel's) goes on meanwhile."""

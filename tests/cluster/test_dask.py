@@ -495,6 +495,23 @@ def test_a_cluster_address_that_is_no_scheduler_is_a_clear_error(
     assert "Traceback" not in done.stderr
 
 
+def test_the_dashboard_port_with_nothing_on_it_hints_at_the_scheduler_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No scheduler at :8787 (the dashboard's port): the hint is not `--port 8787`."""
+    from iterion_nb.errors import IterionError
+    from iterion_nb.session import cluster
+
+    closed = free_port()  # stands for 8787, which something on this machine may hold
+    monkeypatch.setattr(cluster, "DASHBOARD_PORT", closed)
+    with pytest.raises(IterionError) as refused:
+        cluster.reach_scheduler(f"tcp://127.0.0.1:{closed}")
+    assert str(refused.value) == (
+        f"no Dask scheduler at tcp://127.0.0.1:{closed}: nothing listens there (start one with"
+        " `dask scheduler`; a scheduler listens on port 8786 by default; 8787 is its dashboard)"
+    )
+
+
 async def test_a_tool_defined_in_the_notebook_is_refused_for_the_cluster_at_once(
     session: Session,
 ) -> None:
