@@ -316,6 +316,8 @@ async def _after_answer(
             latest = await _serve_workers(session, run_id, latest)
             outcome["resumed"] = outcome["resumed"] or latest.updated_at != before
             outcome["held_here"] = str(session.store.path)
+        if not outcome["resumed"] and session.executor is not None and session.executor.error:
+            outcome["cluster_error"] = session.executor.error  # the workers' watchers may still
         outcome["status"] = latest.status
         outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
             session.store, latest
@@ -972,8 +974,10 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
                         f" held the store {result['held_here']}: one does once a process holds"
                         " it again (a notebook, JupyterLab, or"
                         f" `iterion-nb resume {run_id} --cluster ADDRESS`)"]  # fmt: skip
+            why = result.get("cluster_error")
+            aside = f" (this command could not queue it itself: {why})" if why else ""
             return [f"answer {state}; no cluster worker has taken the run up yet:"
-                    " the first one that comes up resumes it"]  # fmt: skip
+                    f" the first one that comes up resumes it{aside}"]  # fmt: skip
         if result.get("status") in _STOPPED:  # no worker takes these up by itself
             return [_kept(result, run_id, result["status"], resume)]
         return [f"answer {state}; the run is {result['status']}"]
@@ -1022,6 +1026,10 @@ def _pinned(result: Any) -> list[str]:
 
 
 def _cancelled(result: Any) -> list[str]:
+    if result["status"] == "running":  # its executor had not stopped it yet
+        return ["running — cancel requested: what executes the run stops it at its next"
+                " heartbeat; a run still queued for a cluster ends cancelled, without running"
+                " a node, when a worker takes it"]  # fmt: skip
     return [str(result["status"])]
 
 

@@ -10,8 +10,9 @@ run resumes:
 - by its owner, when a live process keeps it parked (the answer's doorbell
   ring wakes it there, whichever process answered);
 - a run of a cluster (``launch["executor"] == "dask"``), by the cluster: its
-  workers' watchers take it up (a process with that cluster may queue it too),
-  never a process without the cluster — if no worker is up, the first to come
+  workers' watchers take it up (a process with that cluster queues it there
+  itself, and leaves it to them when its scheduler does not answer), never a
+  process without the cluster — if no worker is up, the first to come
   up takes it, and ``resumed`` is False meanwhile;
 - else here, when this process can run workflows (it has a resumer);
 - else not yet: ``resumed`` is False and anyone may resume it.
@@ -318,9 +319,13 @@ class AnswerService:
             return False  # an answer the pause does not wait for: it changes nothing
         if not await ready_to_resume(self.store, run):
             return False
-        if is_cluster_run(run) and not (self.resumer is not None and self.resumer.on_cluster):
-            # only the cluster executes its runs: a worker's watcher takes it up (see
-            # session.cluster), now or when a worker comes up — never this process
+        if is_cluster_run(run):
+            # only the cluster executes its runs: this process queues it there when it has
+            # the cluster, else (or when its scheduler is away) a worker's watcher takes it
+            # up (see session.cluster), now or when a worker comes up
+            here = self.resumer is not None and self.resumer.on_cluster
+            if here and await self._resume_here(run_id, by):
+                return True
             return await self._handed_over(run_id, unowned_ok=True)
         parked_elsewhere = run.lease is not None and (
             self.resumer is None or run.lease.owner != self.resumer.claimant.id

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime.engine import Engine, Outcome
+from iterion_nb.runtime.ownership import QUEUE_PREFIX
 from iterion_nb.runtime.records import Event, Interaction, Run, RunStatus
 from iterion_nb.session.cluster import EXECUTOR
 
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
 FOLLOW_INTERVAL = 0.5
 #: How long cancelling a run executing elsewhere waits for its owner to stop it.
 CANCEL_WAIT = 30.0
+#: How long cancelling a run still queued for a cluster waits for a worker to take it
+#: (and end it ``cancelled``): one that is up does so at once; none may be up for hours.
+QUEUED_CANCEL_WAIT = 3.0
 
 
 class RunHandle:
@@ -154,7 +158,9 @@ class RunHandle:
         """Cancel the run (it stays resumable) and wait for it to settle.
 
         A run executing in another process is asked to stop; its owner stops
-        it at its next heartbeat.
+        it at its next heartbeat. A run still queued for a cluster ends
+        ``cancelled`` when a worker takes it: waited for a few seconds only,
+        it may still read ``running`` (with ``cancel_requested``) on return.
         """
         engine = self._engine
         if engine is not None:
@@ -162,8 +168,11 @@ class RunHandle:
             return await self.wait()
         record = await self.session.store.cancel_run(self.id)
         if record.status == "running":
+            queued = record.lease is not None and record.lease.owner.startswith(QUEUE_PREFIX)
             try:
-                return await asyncio.wait_for(self._follow(), CANCEL_WAIT)
+                return await asyncio.wait_for(
+                    self._follow(), QUEUED_CANCEL_WAIT if queued else CANCEL_WAIT
+                )
             except TimeoutError:
                 return (await self.refresh()).status
         self._record = record

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,9 +95,12 @@ def chdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.parametrize("scheduler_away", [False, True])
 async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_takes_it(
-    chdir: Path, postgres_url: str
+    chdir: Path, postgres_url: str, scheduler_away: bool
 ) -> None:
+    """Answered by a CLI without the cluster, or whose ITERION_NB_CLUSTER does not answer
+    (then it says why it did not queue the run itself)."""
     store = schema_url(postgres_url)
     cluster = await asyncio.to_thread(CliCluster, chdir, 2, store)
     session = Session(store, cluster=cluster.address, workdir=chdir)
@@ -107,12 +111,18 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
         (question,) = await run.pending_questions()
         # answered with the CLI of a process without the cluster: it does not run it itself
         env = {k: v for k, v in os.environ.items() if not k.startswith("ITERION_NB_")}
+        away = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+        if scheduler_away:
+            env["ITERION_NB_CLUSTER"] = away
         answered = await asyncio.to_thread(
             subprocess.run, [CLI, "runs", "answer", run.id, question.id, "yes", "--store", store],
             capture_output=True, text=True, timeout=120, env=env, check=False,
         )  # fmt: skip
         assert answered.returncode == 0, answered.stderr
         assert "the first one that comes up resumes it" in answered.stdout, answered.stdout
+        why = f"(this command could not queue it itself: no Dask scheduler at {away}: nothing"
+        assert (why in answered.stdout) is scheduler_away, answered.stdout
+        assert "Traceback" not in answered.stderr
         assert (await run.refresh()).status == "paused_waiting_human"  # nobody to take it
         await asyncio.to_thread(cluster.add_worker)  # the first worker that comes up ...
 
@@ -132,7 +142,6 @@ async def test_a_run_cancelled_while_it_waits_for_a_worker_never_runs(
     """Cancelled in the queue, a run ends ``cancelled`` when a worker comes up, no node run:
     whether the queue still held it (its cancel reaches the worker that takes it) or had
     let it lapse (it reads ``interrupted``, and the cancel settles it at once)."""
-    monkeypatch.setattr("iterion_nb.session.cluster.QUEUE_TTL", 3.0)
     store = schema_url(postgres_url)
     cluster = await asyncio.to_thread(CliCluster, chdir, 0, store)  # nobody is up
     session = Session(store, cluster=cluster.address, workdir=chdir)
@@ -141,9 +150,20 @@ async def test_a_run_cancelled_while_it_waits_for_a_worker_never_runs(
         "vars:\n  who: string\n\nworkflow w:\n  entry: mark\n  mark -> done\n"
     )
     try:
-        held = await session.start(flow, {"who": "held"})
-        asked = await session.store.cancel_run(held.id)  # the queue holds it: a request
+        held = await session.start(flow, {"who": "held"})  # the queue holds it a minute
+        began = time.monotonic()
+        cancel = await asyncio.to_thread(
+            subprocess.run, [CLI, "cancel", held.id, "--store", store],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert cancel.returncode == 0, cancel.stderr
+        # a request, said as one; not the 30 s wait for a run's owner to stop it
+        assert cancel.stdout.startswith("running — cancel requested: "), cancel.stdout
+        assert "queued for a cluster ends cancelled" in cancel.stdout
+        assert time.monotonic() - began < 20
+        asked = await held.refresh()
         assert asked.status == "running" and asked.cancel_requested
+        monkeypatch.setattr("iterion_nb.session.cluster.QUEUE_TTL", 3.0)
         lapsed = await session.start(flow, {"who": "lapsed"})
 
         async def lapsed_out() -> bool:
