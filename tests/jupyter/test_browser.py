@@ -662,13 +662,15 @@ def test_every_state_reads_in_the_light_and_dark_themes(
     name = theme.split()[-1].lower()
     page.locator(".iterion-run").first.screenshot(path=str(ARTIFACTS / f"run-{name}.png"))
     page.locator(".iterion-inbox").first.screenshot(path=str(ARTIFACTS / f"inbox-{name}.png"))
-    # the check itself catches grey on grey (the old widgets' #666 text, say)
-    page.evaluate(
-        "() => document.querySelector('.iterion-run .header').append(Object.assign("
+    # the check itself catches grey on grey (the old widgets' #666 text, say); added and
+    # measured in one go: the live widget re-renders its header (dropping the probe) when
+    # the run's state changes
+    measured = page.evaluate(
+        "() => { document.querySelector('.iterion-run .header').append(Object.assign("
         "document.createElement('span'), {className: 'probe', textContent: 'probe',"
-        " style: 'color: #666; background: #444'}))"
+        " style: 'color: #666; background: #444'})); return (" + CONTRAST + ")(); }"
     )
-    probe = [m for m in page.evaluate(CONTRAST) if m["cls"] == "probe"]
+    probe = [m for m in measured if m["cls"] == "probe"]
     assert len(probe) == 1 and probe[0]["ratio"] < 2
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', "
                   "{theme: 'JupyterLab Light'})")  # fmt: skip
