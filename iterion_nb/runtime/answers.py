@@ -31,6 +31,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from iterion_nb.errors import (
@@ -326,7 +327,7 @@ class AnswerService:
             here = self.resumer is not None and self.resumer.on_cluster
             if here and await self._resume_here(run_id, by):
                 return True
-            return await self._handed_over(run_id, unowned_ok=True)
+            return await self._handed_over(run_id, unowned_ok=True, since=run.updated_at)
         parked_elsewhere = run.lease is not None and (
             self.resumer is None or run.lease.owner != self.resumer.claimant.id
         )
@@ -334,17 +335,22 @@ class AnswerService:
             return True  # its owner heard the doorbell and resumed it
         return await self._resume_here(run_id, by)
 
-    async def _handed_over(self, run_id: str, unowned_ok: bool) -> bool:
+    async def _handed_over(
+        self, run_id: str, unowned_ok: bool, since: datetime | None = None
+    ) -> bool:
         """Wait until whoever should resume a parked run does; False if nobody will.
 
         ``unowned_ok``: the run has no owner and something else (a cluster's
-        watcher) takes it up.
+        watcher) takes it up. ``since``: the run's ``updated_at`` once answered —
+        a run changed since was taken up, even one that paused again already.
         """
         deadline = time.monotonic() + HANDOFF_SECONDS
         while time.monotonic() < deadline:
             run = await self.store.get_run(run_id)
             if run.status != "paused_waiting_human":
                 return True
+            if since is not None and run.updated_at != since:
+                return True  # resumed and paused again (at its next gate) between two looks
             if run.lease is None and not unowned_ok:
                 return False  # its owner died or let go meanwhile
             await asyncio.sleep(0.02)

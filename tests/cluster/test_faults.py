@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -134,6 +135,61 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
         await session.close()
         await asyncio.to_thread(cluster.close)
     assert ran(chdir) == Counter({"after": 1})
+
+
+TWO_GATES = """\
+human first:
+  instructions: "Draft it?"
+
+human second:
+  instructions: "Ship it?"
+
+workflow w:
+  entry: first
+  first -> second
+  second -> done
+"""
+
+
+async def test_an_answer_whose_run_a_worker_resumed_and_parked_again_says_so_at_once(
+    chdir: Path, postgres_url: str
+) -> None:
+    """The watchers resume the run and it parks at its next gate within milliseconds: the
+    answering command (no cluster of its own) sees the run was taken up — it does not wait
+    out its hand-over time and say no worker took it."""
+    store = schema_url(postgres_url)
+    cluster = await asyncio.to_thread(CliCluster, chdir, 2, store)
+    session = Session(store, cluster=cluster.address, workdir=chdir)
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ITERION_NB_")}
+        for _ in range(3):  # the resume lands before, between or after the command's looks
+            run = await session.start(it.compile(TWO_GATES))
+            assert await run.wait(60) == "paused_waiting_human"
+            (question,) = await run.pending_questions()
+            began = time.monotonic()
+            answered = await asyncio.to_thread(
+                subprocess.run,
+                [CLI, "runs", "answer", run.id, question.id, "yes", "--store", store],
+                capture_output=True, text=True, timeout=120, env=env, check=False,
+            )  # fmt: skip
+            took = time.monotonic() - began
+            assert answered.returncode == 0, answered.stderr
+            assert "no cluster worker" not in answered.stdout, answered.stdout
+            said = answered.stdout.rstrip()
+            # taken up while the command looked (running, or parked again already), or even
+            # before its first look (it then finds the run waiting on the next question)
+            assert re.fullmatch(
+                r"answer recorded; (a cluster worker resumed the run; it is"
+                r" (running|paused_waiting_human)|the run is paused_waiting_human)",
+                said,
+            ), said
+            assert took < 8, took  # not the 10 s hand-over wait
+            (second,) = await run.pending_questions()
+            assert second.question == "Ship it?"
+            await run.cancel()
+    finally:
+        await session.close()
+        await asyncio.to_thread(cluster.close)
 
 
 async def test_a_run_cancelled_while_it_waits_for_a_worker_never_runs(
