@@ -542,8 +542,16 @@ async def test_answered_on_a_duckdb_store_nobody_else_holds_the_answer_serves_th
     cluster = await asyncio.to_thread(CliCluster, chdir, 1)
     flow = chdir / "flow.iter"
     flow.write_text(GATE_THEN_SLOW)
-    (chdir / "go").touch()
     store = str(chdir / "store")
+
+    def go_once_the_tool_runs() -> None:
+        # the resumed run is still going when the answer looks (not finished in a blink):
+        # the command then holds the store for it, and says so
+        while not (chdir / "ran.txt").exists():
+            time.sleep(0.05)
+        time.sleep(0.5)
+        (chdir / "go").touch()
+
     try:
         started = await asyncio.to_thread(
             _cli, chdir, "run", str(flow), "--store", store, "--cluster", cluster.address
@@ -553,6 +561,8 @@ async def test_answered_on_a_duckdb_store_nobody_else_holds_the_answer_serves_th
         listed = await asyncio.to_thread(_cli, chdir, "runs", "questions", run_id,
                                          "--store", store, "--json")  # fmt: skip
         (question,) = json.loads(listed.stdout)["interactions"]
+        releaser = threading.Thread(target=go_once_the_tool_runs, daemon=True)
+        releaser.start()
         answered = await asyncio.to_thread(
             _cli, chdir, "runs", "answer", run_id, question["id"], "yes", "--store", store,
             env={"ITERION_NB_CLUSTER": cluster.address} if told else {},
