@@ -23,15 +23,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from iterion_nb.errors import ResumeError, RunOwnedError
-from iterion_nb.runtime.records import Lease, Run, RunStatus, encode_json
+from iterion_nb.runtime.records import QUEUE_PREFIX, Lease, Run, RunStatus, encode_json
 
 #: How long a lease lasts without renewal (seconds).
 DEFAULT_TTL = 10.0
 #: Seconds after a store's server came back from an outage during which a run whose lease
 #: lapsed meanwhile is left to its owner (which may be alive, and renews it first).
 TAKEOVER_GRACE = DEFAULT_TTL
-#: Claimant ids of a cluster's queue (:meth:`Claimant.queue`).
-QUEUE_PREFIX = "queue-"
 #: How often an owner renews its leases (a fraction of the TTL).
 HEARTBEAT_SHARE = 0.25
 
@@ -108,22 +106,21 @@ def lease_alive(lease: Lease | None, now: datetime) -> bool:
     """
     if lease is None or lease.expires_at <= now:
         return False
-    if lease.owner.startswith(QUEUE_PREFIX):
+    if lease.queued:
         return True
     return not (lease.host == _HOST and not pid_alive(lease.pid))
 
 
 def owner_may_live(lease: Lease, now: datetime) -> bool:
     """Whether ``lease`` lapsed by time alone: its process is not known to be gone."""
-    if lease.owner.startswith(QUEUE_PREFIX):
+    if lease.queued:
         return True
     return lease_alive(replace(lease, expires_at=max(lease.expires_at, now) + timedelta(1)), now)
 
 
 def owned_error(run_id: str, lease: Lease) -> RunOwnedError:
     """The refusal to take a run ``lease`` holds, naming its owner (or its cluster queue)."""
-    queued = lease.owner.startswith(QUEUE_PREFIX)
-    return RunOwnedError(run_id, lease.pid, lease.host, lease.since, queued=queued)
+    return RunOwnedError(run_id, lease.pid, lease.host, lease.since, queued=lease.queued)
 
 
 def effective_status(run: Run, now: datetime) -> Run:

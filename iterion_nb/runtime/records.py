@@ -14,6 +14,9 @@ from typing import Any, Literal
 
 from iterion_nb.errors import InvalidAnswerError
 
+#: Claimant ids of a cluster's queue (``ownership.Claimant.queue``).
+QUEUE_PREFIX = "queue-"
+
 RunStatus = Literal[
     "running",
     "paused_waiting_human",
@@ -69,6 +72,11 @@ class Lease:
     host: str
     since: datetime
     expires_at: datetime
+
+    @property
+    def queued(self) -> bool:
+        """Whether a cluster's queue holds the run (no process executes it yet)."""
+        return self.owner.startswith(QUEUE_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,6 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from iterion_nb.runtime.ownership import QUEUE_PREFIX
 from iterion_nb.runtime.records import Event, Interaction, Run
 
 
@@ -27,7 +26,7 @@ def run_json(run: Run, *, full: bool = False) -> dict[str, Any]:
     if lease is not None:
         owner = {"pid": lease.pid, "host": lease.host, "since": _time(lease.since),
                  "expires_at": _time(lease.expires_at),
-                 "queued": lease.owner.startswith(QUEUE_PREFIX)}  # fmt: skip
+                 "queued": lease.queued}  # fmt: skip
     data: dict[str, Any] = {
         "id": run.id,
         "workflow": run.workflow,

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime.engine import Engine, Outcome
-from iterion_nb.runtime.ownership import QUEUE_PREFIX
 from iterion_nb.runtime.records import Event, Interaction, Run, RunStatus
 from iterion_nb.session.cluster import EXECUTOR
 
@@ -168,7 +167,7 @@ class RunHandle:
             return await self.wait()
         record = await self.session.store.cancel_run(self.id)
         if record.status == "running":
-            queued = record.lease is not None and record.lease.owner.startswith(QUEUE_PREFIX)
+            queued = record.lease is not None and record.lease.queued
             try:
                 return await asyncio.wait_for(
                     self._follow(), QUEUED_CANCEL_WAIT if queued else CANCEL_WAIT

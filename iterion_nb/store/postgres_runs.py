@@ -22,7 +22,6 @@ from iterion_nb.errors import (
     StoreError,
 )
 from iterion_nb.runtime.ownership import (
-    QUEUE_PREFIX,
     TAKEOVER_GRACE,
     Claimant,
     check_acquire,
@@ -334,7 +333,7 @@ class PgRuns(PgBase):
         if held.expires_at <= started and up < TAKEOVER_GRACE:
             raise OwnerMayRenewError(
                 run.id, held.pid, held.host, held.since, wait=TAKEOVER_GRACE - up,
-                queued=held.owner.startswith(QUEUE_PREFIX),
+                queued=held.queued,
             )  # fmt: skip
 
     async def acquire_run(

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -328,6 +329,26 @@ def dead_claimant() -> Claimant:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return Claimant(uuid.uuid4().hex, proc.pid, this_host(), 60)
+
+
+async def test_a_run_queued_by_a_process_that_exited_stays_queued() -> None:
+    """A cluster's queue outlives the process that queued the run; a process's lease does not.
+
+    The launcher of a cluster run (``iterion-nb run --detach``) exits at once: its run must
+    still read ``running`` and say it waits for a worker, not ``interrupted``.
+    """
+    store = MemoryStore()
+    gone = dead_claimant()
+    queue = Claimant.queue(60)
+    queue = Claimant(queue.id, gone.pid, gone.host, 60)  # queued by the process that exited
+    await store.create_run(tools_run(), owner=queue)
+    await store.create_run(replace(tools_run(), id="r2"), owner=gone)
+    queued, orphan = await store.get_run("r1"), await store.get_run("r2")
+    assert queued.status == "running" and queued.lease is not None and queued.lease.queued
+    assert orphan.status == "interrupted" and orphan.lease is None
+    with pytest.raises(RunOwnedError, match="queued") as refused:
+        await store.acquire_run("r1", Claimant.here(60), statuses=("running",))
+    assert refused.value.queued
 
 
 @pytest.mark.parametrize("kind", ["memory", "duckdb"])
