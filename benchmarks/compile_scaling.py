@@ -4,7 +4,7 @@ Run: ``.venv/bin/python benchmarks/compile_scaling.py [--repeat R] [--shapes a,b
 
 For each shape of input (a deep ``input.b.b.b…`` reference in an expression,
 the same in a ``{{…}}`` template, a long prompt body, many nodes, a chain of
-fan-outs whose branches never meet) it compiles
+fan-outs whose branches never meet, a chain of loops in one cycle) it compiles
 sources of about 10 KB, 100 KB and 2 MB and prints, per size, the compile
 time, the time per KB, and the time per KB of what the size adds (the
 compile time minus that of the shape's smallest source, so that a fixed
@@ -77,12 +77,23 @@ def fan_outs(size: int) -> str:
     return "".join(parts) + "workflow w:\n  entry: r0\n" + "".join(edges)
 
 
+def loops(size: int) -> str:
+    """A chain of compute nodes, each pair joined by a loop of its own (one big cycle)."""
+    node = 'compute n{i}:\n  expr:\n    x: "1"\n\n'
+    edge = "  n{i} -> n{j}\n  n{j} -> n{i} as l{i}(2)\n"
+    count = max(2, size // (len(node) + len(edge) + 10))
+    nodes = "".join(node.format(i=i) for i in range(count))
+    edges = "".join(edge.format(i=i, j=i + 1) for i in range(count - 1))
+    return f"{nodes}workflow w:\n  entry: n0\n{edges}  n{count - 1} -> done\n"
+
+
 SHAPES: dict[str, Callable[[int], str]] = {
     "expr-reference": expr_reference,
     "template-reference": template_reference,
     "prompt": prompt_body,
     "nodes": many_nodes,
     "fan-outs": fan_outs,
+    "loops": loops,
 }
 
 

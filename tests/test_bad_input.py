@@ -204,6 +204,33 @@ def test_no_quadratic_scan(name: str) -> None:
     assert len(render_all(result.diagnostics, result.source)) < 5000
 
 
+def loop_chain(count: int) -> str:
+    """``count`` compute nodes, each pair joined by a loop of its own: one big cycle."""
+    nodes = "".join(f'compute n{i}:\n  expr:\n    x: "1"\n\n' for i in range(count))
+    edge = "  n{i} -> n{j}\n  n{j} -> n{i} as l{i}(2)\n"
+    edges = "".join(edge.format(i=i, j=i + 1) for i in range(count - 1))
+    return f"{nodes}workflow w:\n  entry: n0\n{edges}  n{count - 1} -> done\n"
+
+
+def test_many_loops_in_one_cycle_compile_in_linear_memory() -> None:
+    """Each loop once kept its own copy of the whole cycle: 8,000 loops took 2 GB."""
+    import tracemalloc
+
+    def peak(count: int) -> int:
+        text = loop_chain(count)
+        tracemalloc.start()
+        try:
+            result = it.analyze(text)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            assert result.workflow is not None, result.diagnostics[:3]
+
+    small, large = peak(1000), peak(4000)
+    # linear: 4x the loops take about 4x the memory (quadratic took 16x)
+    assert large < 6 * small, (small, large)
+
+
 def test_long_words_are_cut_in_messages() -> None:
     result = it.analyze("a" * 100_000 + "\n")
     assert all(len(d.message) < 300 for d in result.diagnostics)

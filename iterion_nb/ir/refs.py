@@ -45,10 +45,11 @@ def input_fields(node: m.Node | None, schemas: dict[str, m.Schema]) -> set[str] 
 class RefChecker:
     """Validates references seen from a given node."""
 
-    def __init__(self, draft: Draft, loop_members: dict[str, set[str]], diags: Diagnostics) -> None:
+    def __init__(self, draft: Draft, in_loop: set[str], diags: Diagnostics) -> None:
         self.d = draft
         self.diags = diags
-        self.in_loop: set[str] = set().union(*loop_members.values()) if loop_members else set()
+        #: Nodes on a cycle through a loop edge (their outputs may be from an earlier round).
+        self.in_loop = in_loop
         published = (getattr(n, "publish", None) for n in draft.nodes.values())
         self.artifacts: set[str] = {name for name in published if isinstance(name, str)}
 

@@ -18,7 +18,7 @@ def validate(draft: Draft, diags: Diagnostics) -> None:
     """Run every whole-workflow check, adding problems to ``diags``."""
     edges = _known_edges(draft, diags)
     _check_routing(draft, edges, diags)
-    members = _loop_members(draft, edges)
+    in_loop = _loop_members(draft, edges)
     _check_cycles(draft, edges, diags)
     _check_reach(draft, edges, diags)
     _check_joins(draft, edges, diags)
@@ -26,7 +26,7 @@ def validate(draft: Draft, diags: Diagnostics) -> None:
     resolve_mcp(draft, diags)
     check_uses(draft.cursor_uses, draft.cursors, diags, draft.rejected_cursors)
     _check_mappings(draft, edges, diags)
-    refs = RefChecker(draft, members, diags)
+    refs = RefChecker(draft, in_loop, diags)
     refs.check_prompts()
     refs.check_templates(draft.templates)
     refs.check_exprs(draft.exprs)
@@ -227,23 +227,23 @@ def _reachable(start: str, succ: dict[str, list[str]]) -> set[str]:
     return seen
 
 
-def _loop_members(draft: Draft, edges: list[m.Edge]) -> dict[str, set[str]]:
-    """For each loop, the nodes on a cycle through one of its edges.
+def _loop_members(draft: Draft, edges: list[m.Edge]) -> set[str]:
+    """The nodes on a cycle through some loop edge.
 
-    Those are the nodes of the strongly connected component that holds the
-    loop edge, found in linear time (a chain of many loops stays cheap).
+    Those are the nodes of the strongly connected components that hold a loop
+    edge, found in linear time and space: a chain of many loops in one
+    component stays cheap (each component is taken once, however many loops
+    it holds).
     """
     component = _components(list(draft.nodes), _successors(edges))
-    groups: dict[int, set[str]] = {}
-    for name, index in component.items():
-        groups.setdefault(index, set()).add(name)
-    members: dict[str, set[str]] = {}
-    for edge in edges:
-        if edge.loop is None or edge.src not in component:
-            continue
-        if component.get(edge.dst) == component[edge.src]:
-            members.setdefault(edge.loop, set()).update(groups[component[edge.src]])
-    return members
+    looped = {
+        component[edge.src]
+        for edge in edges
+        if edge.loop is not None
+        and edge.src in component
+        and component.get(edge.dst) == component[edge.src]
+    }
+    return {name for name, index in component.items() if index in looped}
 
 
 def _components(names: list[str], succ: dict[str, list[str]]) -> dict[str, int]:
