@@ -243,3 +243,11 @@ def test_past_the_cap_the_rest_is_dropped_and_not_worked_on() -> None:
     assert [d.line for d in first] == list(range(1, 201))
     # later syntax and property errors cannot change what is reported
     assert it.analyze(many + "agent a:\n  bogus: 1\n" + "y z\n" * 1000).diagnostics == first
+
+
+def test_a_lone_surrogate_in_a_source_string_is_s006_where_it_stands() -> None:
+    """A str from Python is not decoded: once it compiled, and then no store took the run."""
+    text = "compute a:\n  expr:\n    x: \"'\ud800'\"\n\nworkflow w:\n  entry: a\n  a -> done\n"
+    (diag,) = it.analyze(text).diagnostics
+    assert (diag.code, diag.line, diag.column) == ("S006", 3, 10)
+    assert diag.message == "source is not UTF-8 text: it holds a lone surrogate (U+D800)"

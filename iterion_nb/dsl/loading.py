@@ -6,6 +6,8 @@ becomes a diagnostic with a position instead of an exception.
 
 from __future__ import annotations
 
+import re
+
 from iterion_nb.dsl.diagnostics import Diagnostics
 from iterion_nb.dsl.source import Source, Span
 
@@ -58,4 +60,18 @@ def check_text(text: str, name: str, diags: Diagnostics) -> Source | None:
         return decode_source(text.encode("utf-8", "surrogatepass"), name, diags)
     if "\x00" in text:
         return decode_source(text.encode("utf-8", "surrogatepass"), name, diags)
+    lone = _SURROGATE.search(text)
+    if lone is not None:  # a str from Python, not bytes: no file could hold this
+        index = lone.start()
+        line = text.count("\n", 0, index) + 1
+        column = index - (text.rfind("\n", 0, index) + 1) + 1
+        diags.add(
+            "S006",
+            f"source is not UTF-8 text: it holds a lone surrogate (U+{ord(lone.group()):04X})",
+            Span.point(line, column),
+        )
+        return None
     return Source(name, text.removeprefix("\ufeff"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

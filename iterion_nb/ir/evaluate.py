@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from iterion_nb.ir.expr import (
     Ref,
     Unary,
 )
+from iterion_nb.safe_data import INT_MAX, INT_MIN, MAX_DATA_CHARS
 
 #: The namespaces a dotted reference may start with.
 NAMESPACES = ("vars", "input", "outputs", "artifacts", "attachments", "loop", "run")
@@ -69,7 +71,7 @@ class _Evaluator:
             value = self.eval(expr.operand)
             if expr.op == "!":
                 return not truthy(value)
-            return -_number(value, "-")
+            return _bounded(-_number(value, "-"), "-")
         if isinstance(expr, Binary):
             return self._binary(expr)
         return self._call(expr)
@@ -110,12 +112,38 @@ class _Evaluator:
         return _FUNCTIONS[call.name](args)
 
 
+def _bounded(value: Any, op: str) -> Any:
+    """``value``, the result of ``op``, if a run can hold it (as every recorded value)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        raise ExpressionError(f"'{op}' gives an integer beyond 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ExpressionError(f"'{op}' gives a number too large to hold")
+    return value
+
+
+def _check_length(length: int, op: str) -> None:
+    """Refuse a text or list longer than a run can hold (before building it, where we can)."""
+    if length > MAX_DATA_CHARS:
+        raise ExpressionError(f"'{op}' gives more than {MAX_DATA_CHARS:,} characters or items")
+
+
 def _arithmetic(op: str, left: object, right: object) -> Any:
-    if op == "+" and isinstance(left, str) and isinstance(right, str):
-        return left + right
-    if op == "+" and isinstance(left, list) and isinstance(right, list):
-        return left + right
+    if op == "+" and (
+        (isinstance(left, str) and isinstance(right, str))
+        or (isinstance(left, list) and isinstance(right, list))
+    ):
+        _check_length(len(left) + len(right), op)
+        return left + right  # type: ignore[operator]
     a, b = _number(left, op), _number(right, op)
+    try:
+        return _bounded(_numeric(op, a, b), op)
+    except OverflowError:
+        raise ExpressionError(f"'{op}' gives a number too large to hold") from None
+
+
+def _numeric(op: str, a: float | int, b: float | int) -> float | int:
     if op == "+":
         return a + b
     if op == "-":
@@ -192,6 +220,8 @@ def _length(args: list[Any]) -> int:
 
 
 def _concat(args: list[Any]) -> Any:
+    if all(isinstance(a, list | tuple | str) for a in args):
+        _check_length(sum(len(a) for a in args), "concat()")
     if all(isinstance(a, list | tuple) for a in args):
         out: list[Any] = []
         for a in args:
@@ -234,7 +264,9 @@ def _join(args: list[Any]) -> str:
     sep = args[1] if len(args) > 1 else ""
     if not isinstance(items, list | tuple) or not isinstance(sep, str):
         raise ExpressionError("join() needs a list and a string separator")
-    return sep.join(item if isinstance(item, str) else json.dumps(item) for item in items)
+    text = sep.join(item if isinstance(item, str) else json.dumps(item) for item in items)
+    _check_length(len(text), "join()")
+    return text
 
 
 _FUNCTIONS: dict[str, Callable[[list[Any]], Any]] = {

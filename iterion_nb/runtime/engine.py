@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iterion_nb import safe_data
 from iterion_nb.errors import LeaseLostError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.ir.evaluate import ExpressionError, evaluate, truthy
@@ -407,6 +408,9 @@ class Engine:
         self.state.usage.iterations += 1
         try:
             output = await self._nodes.run(node, f)
+            unfit = safe_data.problem(output)  # what the store could not keep fails the node
+            if unfit is not None:
+                raise NodeError(node.name, f"output {unfit}")
         except LeaseLostError:  # it asked a question of a run another process took over
             self.lose()
             raise _Stop from None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from iterion_nb import safe_data
 from iterion_nb.errors import InvalidAnswerError
 
 #: Claimant ids of a cluster's queue (``ownership.Claimant.queue``).
@@ -258,12 +259,12 @@ def check_answer(answer: Any) -> str:
     Raises:
         InvalidAnswerError: If it is not JSON data or exceeds :data:`MAX_ANSWER_BYTES`.
     """
-    try:
-        text = encode_json(answer)
-    except (TypeError, ValueError) as err:
+    unfit = safe_data.problem(answer)
+    if unfit is not None:
         raise InvalidAnswerError(
-            f"an answer must be JSON data (text, numbers, lists, objects): {err}"
-        ) from None
+            f"an answer must be JSON data (text, numbers, lists, objects): the answer {unfit}"
+        )
+    text = encode_json(answer)
     size = len(text.encode("utf-8"))
     if size > MAX_ANSWER_BYTES:
         raise InvalidAnswerError(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any
 
+from iterion_nb import safe_data
 from iterion_nb.errors import VarsError
 from iterion_nb.ir import model as m
 from iterion_nb.ir.values import matches_type as fits
@@ -63,9 +63,15 @@ def expand_env(text: str) -> str:
 def _coerce(name: str, raw: Any, spec: m.TypeSpec) -> Any:
     if isinstance(raw, str) and not (spec.name == "string" and not spec.is_list):
         try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            raise VarsError(f"variable '{name}' should be {spec}, got the text {raw!r}") from None
+            raw = safe_data.loads(raw, f"variable '{name}'")
+        except safe_data.DataError as err:
+            if not err.syntax:  # JSON no run can hold: NaN, 1e400, 2**64, nested 65 deep
+                raise VarsError(str(err)) from None
+            shown = raw if len(raw) <= 80 else raw[:77] + "..."
+            raise VarsError(f"variable '{name}' should be {spec}, got the text {shown!r}") from None
+    unfit = safe_data.problem(raw)
+    if unfit is not None:
+        raise VarsError(f"variable '{name}' {unfit}")
     if spec.name == "float" and not spec.is_list and isinstance(raw, int):
         raw = float(raw) if not isinstance(raw, bool) else raw
     if not fits(raw, spec):

@@ -463,12 +463,7 @@ class Session:
         except Exception as err:  # a bug or a store failure: record it, never lose it
             self.failures[run_id] = "".join(traceback.format_exception(err))
             message = f"internal error: {type(err).__name__}: {err}"
-            with contextlib.suppress(Exception):
-                await self.store.settle_run(
-                    run_id, self.claimant.id, status="failed_resumable", error=message,
-                    checkpoint=engine.state.checkpoint(),
-                    event=("run_failed", {"error": message, "resumable": True}),
-                )  # fmt: skip
+            await self._record_failure(engine, message)
         finally:
             self._final_outputs[run_id] = dict(engine.state.outputs)
             if self._engines.get(run_id) is engine:
@@ -479,6 +474,29 @@ class Session:
         else:
             self.leases.drop(run_id)
         return status
+
+    async def _record_failure(self, engine: Engine, message: str) -> None:
+        """Settle a run the engine gave up on, with ``message``, whatever its state holds.
+
+        Its checkpoint first; if the store refuses that (the failure may be in
+        the state itself), the last checkpoint it stored, so the run reads
+        ``failed_resumable`` with the reason rather than ``running``.
+        """
+        run_id = engine.run_id
+        event = ("run_failed", {"error": message, "resumable": True})
+        with contextlib.suppress(Exception):
+            await self.store.settle_run(
+                run_id, self.claimant.id, status="failed_resumable", error=message,
+                checkpoint=engine.state.checkpoint(), event=event,
+            )  # fmt: skip
+            return
+        with contextlib.suppress(Exception):
+            kept = (await self.store.get_run(run_id)).checkpoint
+            assert kept is not None  # a run is created with its first checkpoint
+            await self.store.settle_run(
+                run_id, self.claimant.id, status="failed_resumable", error=message,
+                checkpoint=kept, event=event,
+            )  # fmt: skip
 
     # -- parked runs -------------------------------------------------------------
     def _park(self, run_id: str) -> None:

@@ -403,3 +403,95 @@ async def test_a_schema_less_agent_that_answers_a_json_object_outputs_the_object
     session = make_session({"a": lambda req: '{"k": 1, "v": "é"}', "b": lambda req: "plain text"})
     run = await run_to_end(session, flow)
     assert run.outputs == {"a": {"k": 1, "v": "é"}, "b": {"text": "plain text"}}
+
+
+# -- values no store keeps: the node fails, naming the field and why ---------------------------
+DOUBLING = """\
+schema S:
+  s: string
+
+compute seed:
+  output: S
+  expr:
+    s: "'ab'"
+
+compute grow:
+  input: S
+  output: S
+  expr:
+    s: "input.s + input.s"
+
+workflow w:
+  entry: seed
+  seed -> grow with { s: "{{outputs.seed.s}}" }
+  grow -> grow as g(30) with { s: "{{outputs.grow.s}}" }
+  grow -> done
+"""
+
+
+@pytest.mark.parametrize(
+    ("expr", "said"),
+    [
+        (" * ".join(["1000000000000000000.5"] * 18),
+         "node 'a': 'x': '*' gives a number too large to hold"),
+        ("9223372036854775807 + 1", "node 'a': 'x': '+' gives an integer beyond 64 bits"),
+        ("-9223372036854775807 - 2", "node 'a': 'x': '-' gives an integer beyond 64 bits"),
+        ("9223372036854775807 * 9223372036854775807 / 3",
+         "node 'a': 'x': '*' gives an integer beyond 64 bits"),
+    ],
+)  # fmt: skip
+async def test_a_number_too_large_to_hold_fails_the_node(
+    expr: str, said: str, make_session: SessionFactory
+) -> None:
+    """Once: an infinity or a 5,000-digit int left the run `running`, its error lost."""
+    flow = f'compute a:\n  expr:\n    x: "{expr}"\n\nworkflow w:\n  entry: a\n  a -> done\n'
+    run = await run_to_end(make_session(), flow)
+    assert (run.status, run.error) == ("failed_resumable", said)
+    failed = [e.data["error"] for e in await run.events() if e.type == "node_failed"]
+    assert failed == [said]
+
+
+async def test_text_that_doubles_each_round_stops_at_the_size_limit(
+    make_session: SessionFactory,
+) -> None:
+    """Once 3 GB of memory, a frozen event loop, a lost lease and a run left `interrupted`."""
+    run = await run_to_end(make_session(), DOUBLING)
+    assert run.status == "failed_resumable"
+    assert run.error == "node 'grow': output is larger than 16,777,216 characters as JSON"
+    grown = [e.data["output"]["s"] for e in await run.events() if e.type == "node_finished"]
+    assert len(grown[-1]) == 2**23  # the last round that fit: 'ab' doubled 22 times
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ({"approved": True, "reason": float("inf")}, "output 'reason' is not a finite number"),
+        ({"approved": True, "reason": "a\ud800"}, "output 'reason' holds a lone surrogate"),
+        ({"approved": True, "reason": 2**64}, "output 'reason' is an integer beyond 64 bits"),
+        ({"approved": True, "reason": {1: "x"}}, "output 'reason' has a key that is not text"),
+    ],
+)  # fmt: skip
+async def test_a_backend_output_no_store_keeps_fails_the_node(
+    answer: dict[str, Any], said: str, make_session: SessionFactory
+) -> None:
+    """A model or tool output goes through the same check as an expression's result."""
+    session = make_session({"writer": lambda r: answer})
+    run = await run_to_end(session, AGENT_FLOW)
+    assert run.status == "failed_resumable"
+    assert run.error is not None and run.error.startswith(f"node 'writer': {said}"), run.error
+
+
+async def test_a_tool_printing_nan_fails_its_node(make_session: SessionFactory) -> None:
+    """Python's json reads NaN and Infinity; no store writes them back."""
+    flow = (
+        "schema parsed:\n  n: float\n\n"
+        'tool nan:\n  command: "echo \'{\\"n\\": NaN}\'"\n  output: parsed\n\n'
+        "workflow w:\n  entry: nan\n  nan -> done\n"
+    )
+    run = await run_to_end(make_session(), flow)
+    assert run.status == "failed_resumable"
+    assert (
+        run.error is not None
+        and "node 'nan'" in run.error
+        and "NaN" in run.error.replace("nan", "NaN")
+    ), run.error
