@@ -53,11 +53,16 @@ class NotFoundError(StoreError):
     def __init__(self, kind: str, key: str) -> None:
         self.kind = kind
         self.key = key
-        super().__init__(f"no {kind} '{key}'")
+        super().__init__(f"no {self._said} '{key}'")
+
+    @property
+    def _said(self) -> str:
+        # an interaction is a question to a person wherever a person reads about it
+        return "question" if self.kind == "interaction" else self.kind
 
     def of_run(self, run_id: str) -> NotFoundError:
-        """The same, looked for in one run: says so (``no interaction 'q1' in run 'r1'``)."""
-        self.args = (f"no {self.kind} '{self.key}' in run '{run_id}'",)
+        """The same, looked for in one run: says so (``no question 'q1' in run 'r1'``)."""
+        self.args = (f"no {self._said} '{self.key}' in run '{run_id}'",)
         return self
 
 

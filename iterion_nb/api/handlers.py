@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import math
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,8 +24,16 @@ from typing import Any
 import tornado.httputil
 import tornado.web
 
+from iterion_nb import safe_data
 from iterion_nb.api.errlog import ERRORS
-from iterion_nb.api.service import ID, RunService, event_json, interaction_json, run_json
+from iterion_nb.api.service import (
+    ID,
+    MAX_LIST_LIMIT,
+    RunService,
+    event_json,
+    interaction_json,
+    run_json,
+)
 from iterion_nb.dsl.diagnostics import did_you_mean
 from iterion_nb.errors import (
     AlreadyAnsweredError,
@@ -45,9 +52,9 @@ from iterion_nb.errors import (
 
 #: Request bodies larger than this are refused (answers are at most 64 KB).
 MAX_BODY = 256 * 1024
-#: Deepest nesting of arrays and objects accepted in a request body.
-MAX_DEPTH = 64
-#: Integers in a request body must lie in [-2**63, 2**63).
+#: Deepest nesting of arrays and objects accepted in a request body (that of all run data).
+MAX_DEPTH = safe_data.MAX_DEPTH
+#: Integers (here: a ``limit`` or an ``after``) must lie below 2**63.
 INT_BOUND = 2**63
 #: The longest URL (path and query) answered; beyond, 414 (ours are a few hundred bytes).
 MAX_URL = 8 * 1024
@@ -58,7 +65,6 @@ MAX_HEADERS = 64 * 1024
 HEADER_READ_LIMIT = 1024 * 1024
 #: Media types a body may be labelled with, besides any ``application/…+json``.
 JSON_TYPES = frozenset({"application/json"})
-_SURROGATE = re.compile("[\ud800-\udfff]")
 # an absolute path in a message: two or more segments from the root (or from ~)
 _PATH = re.compile(r"(?<![\w:/.-])~?(?:/[\w.~+@%=,-]+){2,}/?")
 
@@ -171,14 +177,18 @@ class BaseHandler(tornado.web.RequestHandler):
         check_fields(data, allowed)
         return data
 
-    def whole_number(self, name: str, default: int) -> int:
-        """A query argument that must be a whole number in [0, 2**63)."""
+    def whole_number(self, name: str, default: int, low: int = 0, high: int = INT_BOUND - 1) -> int:
+        """A query argument that must be a whole number in [``low``, ``high``]."""
         text = self.get_query_argument(name, None)
         if text is None:
             return default
         text = text.strip()
-        if not text.isdigit() or not text.isascii() or len(text) > 19 or int(text) >= INT_BOUND:
-            raise ApiError(400, "bad_request", f"{name} must be a whole number (0 or more)")
+        if (
+            not text.isdigit() or not text.isascii() or len(text) > 19
+            or not low <= int(text) <= high
+        ):  # fmt: skip
+            within = f"{low:,} or more" if high == INT_BOUND - 1 else f"from {low:,} to {high:,}"
+            raise ApiError(400, "bad_request", f"{name} must be a whole number {within}")
         return int(text)
 
     async def guarded(self, action: Callable[[], Awaitable[None]], *ids: str) -> None:
@@ -238,8 +248,8 @@ class RunsHandler(BaseHandler):
     async def get(self) -> None:
         async def act() -> None:
             status = self.get_query_argument("status", None)
-            limit = self.whole_number("limit", 100)
-            runs = await self.service.list_runs(status, max(1, min(limit, 1000)))
+            limit = self.whole_number("limit", 100, 1, MAX_LIST_LIMIT)
+            runs = await self.service.list_runs(status, limit)
             self.reply({"runs": [run_json(r) for r in runs]})
 
         await self.guarded(act)
@@ -434,7 +444,8 @@ def parse_json(raw: bytes) -> Any:
     """Strict JSON: UTF-8, no lone surrogates, no NaN or infinities, bounded numbers and depth.
 
     No object may hold a key twice (``{"a": 1, "a": 2}``: which one counts is
-    up to each parser, so neither does).
+    up to each parser, so neither does). The bounds are those of all recorded
+    data (:mod:`iterion_nb.safe_data`).
 
     Raises:
         ApiError: 400 ``bad_json`` (or ``too_deep``) saying what is wrong.
@@ -444,67 +455,10 @@ def parse_json(raw: bytes) -> Any:
     except UnicodeDecodeError as err:
         raise ApiError(400, "bad_json", f"request body is not UTF-8 (byte {err.start})") from None
     try:
-        data = json.loads(
-            text, parse_int=_int, parse_float=_float, parse_constant=_constant,
-            object_pairs_hook=_object,
-        )  # fmt: skip
-    except RecursionError:
-        raise ApiError(400, "too_deep", f"request body nests deeper than {MAX_DEPTH}") from None
-    except json.JSONDecodeError as err:
-        raise ApiError(
-            400, "bad_json", f"request body is not JSON: {err.msg} (line {err.lineno},"
-            f" column {err.colno})"
-        ) from None  # fmt: skip
-    _check_tree(data)
-    return data
-
-
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > 19 or not -INT_BOUND <= int(text) < INT_BOUND:
-        raise ApiError(400, "bad_json", "a number in the request body is out of range (64 bits)")
-    return int(text)
-
-
-def _float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ApiError(400, "bad_json", "a number in the request body is out of range")
-    return value
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    data = dict(pairs)
-    if len(data) == len(pairs):
-        return data
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            shown = json.dumps(key)[:80]
-            raise ApiError(400, "bad_json", f"request body repeats the key {shown} in one object")
-        seen.add(key)
-    return data  # not reached: a shorter dict means a key came twice
-
-
-def _constant(text: str) -> Any:
-    raise ApiError(400, "bad_json", f"request body is not JSON: {text} is not a JSON value")
-
-
-def _check_tree(data: Any) -> None:
-    """Depth and text of a parsed body, without recursion."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, str):
-            if _SURROGATE.search(value):
-                raise ApiError(400, "bad_json", "request body holds a lone surrogate (not UTF-8)")
-        elif isinstance(value, dict | list):
-            if depth > MAX_DEPTH:
-                raise ApiError(400, "too_deep", f"request body nests deeper than {MAX_DEPTH}")
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                if isinstance(key, str) and _SURROGATE.search(key):
-                    raise ApiError(400, "bad_json", "request body holds a lone surrogate")
-                stack.append((item, depth + 1))
+        return safe_data.loads(text, "request body")
+    except safe_data.DataError as err:
+        code = "too_deep" if err.code == "too_deep" else "bad_json"
+        raise ApiError(400, code, str(err)) from None
 
 
 def scrub(message: str) -> str:

@@ -40,7 +40,8 @@ from iterion_nb.api.service import RunService
 from iterion_nb.api.store_rpc import store_routes
 from iterion_nb.errors import ResumeError, RunError
 from iterion_nb.runtime.answers import AnswerService
-from iterion_nb.runtime.ownership import owned_error
+from iterion_nb.runtime.doorbell import Doorbell
+from iterion_nb.runtime.ownership import cancel_wait, owned_error
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import RESUMABLE, RUN_STATUSES
 from iterion_nb.store.holder_file import (
@@ -57,6 +58,9 @@ from iterion_nb.store.remote import open_store
 #: Seconds a run route waits for the holder's loop to take its call up before it answers
 #: 503 ``holder_busy`` (the call is then not made at all).
 BUSY_SECONDS = 3.0
+
+#: How often a cancel looks at the run again while it waits for it to settle.
+CANCEL_LOOK = 0.5
 
 
 class _OnLoop:
@@ -327,8 +331,25 @@ class StoreService:
         )
 
     async def cancel(self, run_id: str) -> str:
-        """Cancel a run (one executing elsewhere is asked to stop)."""
+        """Cancel a run and wait for it to settle, as a session does.
+
+        A run executing elsewhere (a ``run`` in a terminal that goes through
+        this holder) is asked to stop; its owner stops it at its next
+        heartbeat, waited for up to :data:`CANCEL_WAIT` seconds (a run still
+        queued for a cluster: :data:`QUEUED_CANCEL_WAIT`); it may still read
+        ``running`` on return.
+        """
         run = await self.store.cancel_run(run_id)
+        if run.status != "running":
+            return run.status
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + cancel_wait(run)
+        bell: Doorbell = getattr(self.store, "doorbell", None) or Doorbell()
+        while run.status == "running" and loop.time() < deadline:
+            with bell.arm(run_id) as ticket:
+                run = await self.store.get_run(run_id)
+                if run.status == "running":  # a ring, or a look again in a moment
+                    await ticket.wait(timeout=min(CANCEL_LOOK, deadline - loop.time()))
         return run.status
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from iterion_nb.api.service import event_json, interaction_json, run_json
-from iterion_nb.cli.inputs import plain
+from iterion_nb.cli.inputs import id_arg, plain
 from iterion_nb.runtime.lifecycle import form_fields
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
@@ -47,7 +47,7 @@ def add_follow(verbs: Any, common: Any) -> None:
     follow = verbs.add_parser(
         "follow", help="print a run's events as they happen, until it stops or pauses"
     )
-    follow.add_argument("run_id")
+    follow.add_argument("run_id", type=id_arg)
     follow.add_argument(
         "--to-end", action="store_true",
         help="keep following through pauses, until the run finishes, fails or is cancelled",

@@ -16,17 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iterion_nb.api.service import MAX_LIST_LIMIT
 from iterion_nb.errors import CompileError, IterionError, StoreError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
+from iterion_nb.ir.models import scripted_nodes
 from iterion_nb.safe_input import InputFileError, open_regular, read_bytes
 from iterion_nb.session.launch import read_answers, scenario_data
 from iterion_nb.store.location import STORE_ENV, check_store_spec
 
 #: Exit code of bad usage and of a file that cannot be used.
 EXIT_USAGE = 2
-#: ``runs list --limit``: at most this many runs.
-MAX_LIST_LIMIT = 10_000
 
 
 class InputError(Exception):
@@ -72,7 +72,28 @@ def read_run_inputs(args: argparse.Namespace) -> RunInputs:
             raise InputError(str(err)) from None
         except CompileError as err:
             raise InputError(str(err), 1) from None
+        if scenario is None:
+            refuse_unscripted(workflow, args.file)
     return RunInputs(workflow, scenario, answers)
+
+
+def refuse_unscripted(wf: m.Workflow, where: str) -> None:
+    """Refuse, before a run is recorded, a workflow whose agents answer from a missing scenario.
+
+    Such a run would fail at its first agent, and resuming it without a
+    scenario would fail the same way again.
+    """
+    scripted = scripted_nodes(wf)
+    if scripted:
+        nodes = ", ".join(f"'{name}'" for name in scripted[:3])
+        more = f" (and {len(scripted) - 3} more)" if len(scripted) > 3 else ""
+        one = len(scripted) == 1
+        raise InputError(
+            f"{where}: {'node' if one else 'nodes'} {nodes}{more} {'uses' if one else 'use'}"
+            f" the scripted model, and no scenario says what {'it answers' if one else 'they'}"
+            f"{'' if one else ' answer'}: give one with --scenario FILE"
+            " (examples/*.scenario.yaml are samples) or name a real model backend"
+        )
 
 
 def _check_attachments(given: list[str]) -> None:
@@ -133,6 +154,23 @@ def limit_arg(text: str) -> int:
     return value
 
 
+def id_arg(text: str) -> str:
+    """A run or question id (or a name such as ``--as``): UTF-8 text, no control characters.
+
+    A byte that is not UTF-8 reaches Python as a lone surrogate, which no store
+    can look up or keep: refused here, with the bytes shown, before a store opens.
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    if _SURROGATES.search(text):
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise argparse.ArgumentTypeError(f"is not UTF-8 text: '{plain(shown)}'")
+    if _CONTROLS.search(text):
+        raise argparse.ArgumentTypeError(f"holds a control character: '{plain(text)}'")
+    return text
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
 # C0 and C1 controls, DEL, and the marks that reorder text on screen (bidi overrides)
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -125,7 +125,10 @@ def main(
 ) -> int:
     """Run the command line; returns the exit code."""
     stdout = out or sys.stdout
-    stderr = err or sys.stderr
+    stderr = err or sys.stderr or open(os.devnull, "w")  # noqa: SIM115 (the process's own)
+    if stdout is None:  # started with its standard output closed (`>&-`): say so, as `ls` does
+        stderr.write("iterion-nb: standard output is closed: nothing could be written\n")
+        return EXIT_USAGE
     args = _parser().parse_args(argv)
     try:
         if args.command == "validate":

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -27,16 +28,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from iterion_nb import safe_data
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.holder import open_served_store
-from iterion_nb.api.service import event_json, interaction_json, run_json
+from iterion_nb.api.service import MAX_LIST_LIMIT, event_json, interaction_json, run_json
 from iterion_nb.cli.follow import add_follow, asked_line, follow_run
 from iterion_nb.cli.inputs import (
-    MAX_LIST_LIMIT,
     RunInputs,
+    id_arg,
     limit_arg,
     plain,
     read_run_inputs,
+    refuse_unscripted,
     store_arg,
 )
 from iterion_nb.cli.store_copy import add_store_commands, copied_lines, store_copy
@@ -44,11 +47,13 @@ from iterion_nb.errors import (
     RESUME_APPLIES_EXPIRY,
     AlreadyAnsweredError,
     BadTextError,
+    CompileError,
     InvalidAnswerError,
     IterionError,
     RunOwnedError,
     StoreError,
 )
+from iterion_nb.ir.compile import compile_stored
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
@@ -59,6 +64,7 @@ from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.cluster import CLUSTER_ENV, reach_scheduler
 from iterion_nb.session.launch import answers_yaml
 from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
+from iterion_nb.store.duckdb_store import file_in_the_way
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.location import mask_url, store_url
 from iterion_nb.store.remote import open_store
@@ -96,8 +102,9 @@ def add_commands(sub: Any) -> None:
         help="answer matching questions from this file (written by `runs answers --export`)",
     )  # fmt: skip
     run.add_argument(
-        "--answers-from", metavar="RUN", help="answer matching questions as run RUN was answered"
-    )
+        "--answers-from", metavar="RUN", type=id_arg,
+        help="answer matching questions as run RUN was answered",
+    )  # fmt: skip
     _cluster(run)
     _common(run)
     runs = sub.add_parser("runs", help="list runs, show one, list or answer its questions")
@@ -109,34 +116,36 @@ def add_commands(sub: Any) -> None:
     )
     for verb, text in (("show", "one run"), ("questions", "a run's pending questions")):
         parser = verbs.add_parser(verb, help=text)
-        parser.add_argument("run_id")
+        parser.add_argument("run_id", type=id_arg)
         _common(parser)
     pinned = verbs.add_parser("answers", help="a run's answers, to replay in another run")
-    pinned.add_argument("run_id")
+    pinned.add_argument("run_id", type=id_arg)
     pinned.add_argument(
         "--export", metavar="FILE",
         help="write them as YAML for `run --answers FILE` ('-': to stdout)",
     )  # fmt: skip
     _common(pinned)
     answer = verbs.add_parser("answer", help="answer one question of a run")
-    answer.add_argument("run_id")
-    answer.add_argument("interaction_id")
-    answer.add_argument("text", help="the answer (text; JSON with --json-value)")
+    answer.add_argument("run_id", type=id_arg)
+    answer.add_argument("interaction_id", type=id_arg)
+    answer.add_argument(
+        "text", nargs="+", help="the answer, one argument (text; JSON with --json-value)"
+    )
     answer.add_argument("--json-value", action="store_true", help="read the answer as JSON")
-    answer.add_argument("--as", dest="answered_by", default="cli", help="who answers")
+    answer.add_argument("--as", dest="answered_by", type=id_arg, default="cli", help="who answers")
     _common(answer)
     add_follow(verbs, _common)
     resume = sub.add_parser("resume", help="resume a paused, failed or cancelled run here")
-    resume.add_argument("run_id")
+    resume.add_argument("run_id", type=id_arg)
     resume.add_argument("--force", action="store_true", help="even if the source changed")
     resume.add_argument("--scenario")
     _cluster(resume)
     _common(resume)
     cancel = sub.add_parser("cancel", help="cancel a run")
-    cancel.add_argument("run_id")
+    cancel.add_argument("run_id", type=id_arg)
     _common(cancel)
     report = sub.add_parser("report", help="a run's report, as HTML or Markdown")
-    report.add_argument("run_id")
+    report.add_argument("run_id", type=id_arg)
     report.add_argument("--format", choices=("html", "md"),
                         help="default: from the -o file's suffix, else md")  # fmt: skip
     report.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
@@ -274,7 +283,11 @@ async def _direct(args: argparse.Namespace, action: str, retried: bool = False) 
             asked = await service.interactions(args.run_id)
             return {"run": record.id, "workflow": record.workflow, "answers": replay.export(asked)}
         if action == "cancel":
-            return {"status": await service.cancel(args.run_id)}
+            status = await service.cancel(args.run_id)
+            if status != "running":
+                return {"status": status}
+            lease = (await service.get_run(args.run_id)).lease
+            return {"status": status, "queued": lease is not None and lease.queued}
         # a cluster's workers reach a DuckDB store through its holder: this process, now
         session.serve()
         try:
@@ -381,7 +394,11 @@ async def _remote(client: HttpClient, args: argparse.Namespace, action: str) -> 
         asked = (await client.call("GET", base + "/interactions"))["interactions"]
         return {"run": run["id"], "workflow": run["workflow"], "answers": _pins(asked)}
     if action == "cancel":
-        return await client.call("POST", base + "/cancel", {})
+        cancelled = await client.call("POST", base + "/cancel", {})
+        if cancelled.get("status") != "running":
+            return cancelled
+        owner = (await client.call("GET", base)).get("owner") or {}
+        return {**cancelled, "queued": bool(owner.get("queued"))}
     try:
         return await client.call(
             "POST", f"{base}/interactions/{args.interaction_id}/answer",
@@ -419,12 +436,20 @@ def _pins(asked: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _answer(args: argparse.Namespace) -> Any:
+    if len(args.text) > 1:  # `runs answer RUN Q one two three`: the shell split it
+        quoted = shlex.quote(" ".join(args.text))
+        raise CliError(
+            f"the answer is one argument, and {len(args.text)} were given: quote it"
+            f" (`iterion-nb runs answer {args.run_id} {args.interaction_id} {quoted}`)",
+            2,
+        )
+    text = args.text[0]
     if not args.json_value:
-        return args.text
+        return text
     try:
-        return json.loads(args.text)
-    except json.JSONDecodeError as err:
-        raise CliError(f"--json-value: the answer is not JSON: {err}", 2) from None
+        return safe_data.loads(text, "--json-value: the answer")
+    except safe_data.DataError as err:
+        raise CliError(str(err), 2) from None
 
 
 # -- commands ----------------------------------------------------------------------
@@ -508,7 +533,7 @@ async def _report(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def require_store(spec: str | None) -> None:
+def require_store(spec: str | None, another: str = f"--store or {STORE_ENV} names another") -> None:
     """Refuse a DuckDB store that is not there, for a command about runs already made.
 
     Opening it would create an empty store where a typo points, and the command
@@ -526,14 +551,11 @@ def require_store(spec: str | None) -> None:
     except StoreError as err:  # a path DuckDB cannot open (not UTF-8)
         raise CliError(str(err), 2) from None
     if not path.exists():
-        if path.parent.is_file():  # `--store flow.iter`: a file where a store was expected
-            raise CliError(
-                f"{path.parent} is a file, not a run store (a store is a directory holding"
-                " iterion.duckdb, or a .duckdb file)"
-            )
+        in_the_way = file_in_the_way(path)
+        if in_the_way is not None:
+            raise CliError(in_the_way)
         raise CliError(
-            f"no run store at {path} (nothing was created: `iterion-nb run` makes one;"
-            f" --store or {STORE_ENV} names another)"
+            f"no run store at {path} (nothing was created: `iterion-nb run` makes one; {another})"
         )
 
 
@@ -610,9 +632,10 @@ def _quiet_dask(args: argparse.Namespace) -> None:
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     _stop_on_signals()
     await _off_loop(lambda: _quiet_dask(args))
-    if args.command != "run":  # every other command is about runs already made
-        spec = args.src if args.command == "store" else args.store
-        await _off_loop(lambda: require_store(spec))
+    if args.command == "store":  # what `store copy` copies from
+        await _off_loop(lambda: require_store(args.src, "SRC names the store to copy from"))
+    elif args.command != "run":  # every other command is about runs already made
+        await _off_loop(lambda: require_store(args.store))
     own = "follow" if args.command == "runs" and args.verb == "follow" else args.command
     if own in _OWN_WAY:  # commands with a course of their own (not one call on the store)
         return await _OWN_WAY[own](args, out)
@@ -668,6 +691,9 @@ async def _follow(args: argparse.Namespace, out: TextIO) -> int:
         return await follow_run(store, args, out)
     except IterionError as err:
         raise CliError(str(err)) from None
+    except asyncio.CancelledError:
+        _Stopped.told = True  # follow_run said it stopped following and the run goes on
+        raise
     finally:
         await store.close()
 
@@ -852,6 +878,11 @@ async def _begin(session: Session, args: argparse.Namespace, inputs: RunInputs) 
     run_id = args.run_id if args.command == "resume" else uuid.uuid4().hex[:12]
     try:
         if args.command == "resume":
+            if inputs.scenario is None:  # none given, none recorded: it would fail again
+                record = await session.store.get_run(run_id)
+                if record.launch.get("scenario") is None:
+                    with contextlib.suppress(CompileError):  # resume says what is wrong then
+                        refuse_unscripted(compile_stored(record.source, run_id), f"run {run_id}")
             return await session.resume(run_id, force=args.force, scenario=inputs.scenario)
         assert inputs.workflow is not None  # read for `run`
         return await session.start(
@@ -1026,11 +1057,13 @@ def _pinned(result: Any) -> list[str]:
 
 
 def _cancelled(result: Any) -> list[str]:
-    if result["status"] == "running":  # its executor had not stopped it yet
-        return ["running — cancel requested: what executes the run stops it at its next"
-                " heartbeat; a run still queued for a cluster ends cancelled, without running"
-                " a node, when a worker takes it"]  # fmt: skip
-    return [str(result["status"])]
+    if result["status"] != "running":
+        return [str(result["status"])]
+    if result.get("queued"):  # no worker has taken it yet: it never starts
+        return ["running — cancel requested: the run waits in a cluster's queue; it ends"
+                " cancelled, without running a node, when a worker takes it"]  # fmt: skip
+    return ["running — cancel requested: what executes the run stops it at its next"
+            " heartbeat (`iterion-nb runs show` says when it has)"]  # fmt: skip
 
 
 _TEXT: dict[str, Callable[[Any], list[str]]] = {

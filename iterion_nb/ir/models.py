@@ -22,9 +22,13 @@ provider resolver.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from iterion_nb.dsl.limits import shorten
 from iterion_nb.ir.templates import Template, TextPart
+
+if TYPE_CHECKING:
+    from iterion_nb.ir.model import Workflow
 
 _CLAW_FAMILIES = ("anthropic/", "openai/")
 _CLAUDE_ALIAS = re.compile(r"(default|sonnet|opus|haiku|opusplan)(\[1m\])?\Z")
@@ -69,3 +73,26 @@ def unservable_message(backend: str, model: str) -> str:
     elif serves("claw", model):
         hint += "; this model is for backend claw"
     return f"backend claude_code cannot serve model '{model}': {hint}"
+
+
+def scripted_nodes(wf: Workflow) -> list[str]:
+    """The agents and judges of ``wf`` that answer from a scenario (the scripted model).
+
+    Those run on ``claw`` with ``model: "scripted"`` (or ``scripted/…``) or no
+    model at all; a model decided at run time (a template) is not counted.
+    Without a scenario they fail when they run, so a launcher can say so first.
+    """
+    found = []
+    for node in wf.nodes.values():
+        if node.kind not in ("agent", "judge"):
+            continue
+        if (getattr(node, "backend", None) or wf.default_backend) != "claw":
+            continue
+        template = getattr(node, "model", None)
+        text = "" if template is None else static_text(template)
+        if text is None:
+            continue
+        name = text.strip() or "scripted"
+        if name == "scripted" or name.startswith("scripted/"):
+            found.append(node.name)
+    return found

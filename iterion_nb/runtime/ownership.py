@@ -32,6 +32,17 @@ DEFAULT_TTL = 10.0
 TAKEOVER_GRACE = DEFAULT_TTL
 #: How often an owner renews its leases (a fraction of the TTL).
 HEARTBEAT_SHARE = 0.25
+#: How long cancelling a run executing elsewhere waits for its owner to stop it.
+CANCEL_WAIT = 30.0
+#: How long cancelling a run still queued for a cluster waits for a worker to take it
+#: (and end it ``cancelled``): one that is up does so at once; none may be up for hours.
+QUEUED_CANCEL_WAIT = 3.0
+
+
+def cancel_wait(run: Run) -> float:
+    """How long a cancel of ``run`` (still ``running``) waits for it to settle."""
+    return QUEUED_CANCEL_WAIT if run.lease is not None and run.lease.queued else CANCEL_WAIT
+
 
 _HOST = socket.gethostname()
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime.engine import Engine, Outcome
+from iterion_nb.runtime.ownership import cancel_wait
 from iterion_nb.runtime.records import Event, Interaction, Run, RunStatus
 from iterion_nb.session.cluster import EXECUTOR
 
@@ -17,11 +18,6 @@ if TYPE_CHECKING:
 
 #: How often a handle re-reads a run that executes in another process.
 FOLLOW_INTERVAL = 0.5
-#: How long cancelling a run executing elsewhere waits for its owner to stop it.
-CANCEL_WAIT = 30.0
-#: How long cancelling a run still queued for a cluster waits for a worker to take it
-#: (and end it ``cancelled``): one that is up does so at once; none may be up for hours.
-QUEUED_CANCEL_WAIT = 3.0
 
 
 class RunHandle:
@@ -167,11 +163,8 @@ class RunHandle:
             return await self.wait()
         record = await self.session.store.cancel_run(self.id)
         if record.status == "running":
-            queued = record.lease is not None and record.lease.queued
             try:
-                return await asyncio.wait_for(
-                    self._follow(), QUEUED_CANCEL_WAIT if queued else CANCEL_WAIT
-                )
+                return await asyncio.wait_for(self._follow(), cancel_wait(record))
             except TimeoutError:
                 return (await self.refresh()).status
         self._record = record

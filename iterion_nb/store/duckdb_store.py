@@ -224,6 +224,16 @@ def _load_pending(con: duckdb.DuckDBPyConnection) -> list[Interaction]:
     return [interaction_from_row(row) for row in rows]
 
 
+def file_in_the_way(target: Path) -> str | None:
+    """Why no store can be at ``target``: a file stands where its directory would be."""
+    if not target.exists() and target.parent.is_file():  # `--store flow.iter`
+        return (
+            f"{target.parent} is a file, not a run store (a store is a directory holding"
+            " iterion.duckdb, or a .duckdb file)"
+        )
+    return None
+
+
 def open_duckdb_store(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -248,6 +258,9 @@ def open_duckdb_store(
             existing._users += 1
             return existing
         _check_header(target)
+        in_the_way = file_in_the_way(target)
+        if in_the_way is not None:
+            raise StoreFileError(in_the_way)
         try:
             # the store's own directory: named as one, or the usual .../iterion.duckdb
             _prepare_file(target, names_store_dir(path) or target.name == DEFAULT_FILE)

@@ -345,6 +345,20 @@ def test_crashers_of_issue_15_are_4xx(served: tuple[Raw, Path], name: str) -> No
     assert (got, answer["code"]) == (status, code), answer
 
 
+@pytest.mark.parametrize("limit", ["0", "10001", "-1", "99999999999999999999"])
+def test_a_limit_outside_what_the_list_returns_is_refused(
+    served: tuple[Raw, Path], limit: str
+) -> None:
+    """Once 0 read as 1 and 5,000 as 1,000, silently; `runs list --limit` allows 1 to 10,000."""
+    raw, folder = served
+    got, data = raw.send("GET", f"/api/runs?limit={limit}")
+    answer = check(got, data, folder)
+    assert (got, answer["code"]) == (400, "bad_request"), answer
+    assert answer["message"] == "limit must be a whole number from 1 to 10,000"
+    status, listed = raw.json("GET", "/api/runs?limit=10000")
+    assert status == 200 and isinstance(listed["runs"], list)
+
+
 def test_unknown_routes_are_json_404_after_the_token_check(served: tuple[Raw, Path]) -> None:
     raw, _ = served
     status, data = raw.send("GET", "/no/such/route", auth=False)

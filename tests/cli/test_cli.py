@@ -296,7 +296,7 @@ def test_answering_in_an_unknown_run_names_the_run_and_a_bad_status_is_usage(
     assert unknown.returncode == 1 and unknown.stderr == "iterion-nb: no run 'nosuchrun'\n"
     elsewhere = run("runs", "answer", "r2", "q1", "formal", "--store", store)
     assert elsewhere.returncode == 1
-    assert elsewhere.stderr == "iterion-nb: no interaction 'q1' in run 'r2'\n"
+    assert elsewhere.stderr == "iterion-nb: no question 'q1' in run 'r2'\n"
     bogus = run("runs", "list", "--status", "bogus", "--store", store)
     assert bogus.returncode == 2 and "invalid choice: 'bogus'" in bogus.stderr
 
@@ -309,10 +309,38 @@ def test_an_example_runs_offline_with_its_scenario_and_without_one_says_what_to_
     done = run("run", str(flow), "--scenario", str(scenario), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "finished"
-    bare = run("run", str(flow), cwd=tmp_path)
-    assert bare.returncode == 1
-    assert "uses the scripted model, and no scenario says what it answers" in bare.stdout
-    assert "--scenario FILE" in bare.stdout
+    before = sorted(p.name for p in tmp_path.iterdir())
+    # refused before a run is recorded: once it failed at its first agent, and `resume`,
+    # as its hint said, failed the same way again
+    bare = run("run", str(flow), "--store", "fresh", cwd=tmp_path)
+    assert bare.returncode == 2 and bare.stdout == "", bare.stdout
+    assert "the scripted model, and no scenario says what" in bare.stderr
+    assert "give one with --scenario FILE" in bare.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no store was made
+
+
+def test_resuming_a_scripted_run_without_a_scenario_says_to_give_one(tmp_path: Path) -> None:
+    """A run recorded without a scenario (from Python, say) is not resumed into the same failure."""
+    import asyncio
+
+    import iterion_nb as it
+
+    async def failed() -> str:
+        session = it.Session(str(tmp_path / "store"), workdir=tmp_path)
+        try:
+            handle = await session.start(it.compile((EXAMPLES / "minimal.iter").read_text()))
+            assert await handle.wait(timeout=30) == "failed_resumable"
+            return handle.id
+        finally:
+            await session.close()
+
+    run_id = asyncio.run(failed())
+    again = run("resume", run_id, "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert again.returncode == 2, again.stderr
+    assert again.stderr.startswith(f"iterion-nb: run {run_id}: node 'poet' uses the scripted")
+    done = run("resume", run_id, "--store", str(tmp_path / "store"), "--scenario",
+               str(EXAMPLES / "minimal.scenario.yaml"), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
 
 
 def test_run_shows_each_question_as_asked_and_another_terminal_answers_it(

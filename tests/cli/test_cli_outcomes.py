@@ -41,6 +41,51 @@ def test_cancelling_a_run_that_ended_says_nothing_was_cancelled(tmp_path: Path) 
         assert (cancelled.returncode, cancelled.stdout) == (0, "cancelled\n"), cancelled.stderr
 
 
+#: What a JupyterLab server does with the store: hold and serve it, execute nothing.
+BARE_HOLDER = """
+import asyncio, sys
+from iterion_nb.api.holder import open_served_store
+
+async def main():
+    store = open_served_store(sys.argv[1])
+    await store.list_runs(limit=1)
+    print("ready", flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_cancel_through_a_holder_that_runs_nothing_waits_for_the_run_to_stop(
+    tmp_path: Path,
+) -> None:
+    """Once it returned at once with `running — cancel requested: … queued for a cluster …`."""
+    store = str(tmp_path / "store")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", BARE_HOLDER, store], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        (tmp_path / "w.iter").write_text(WAITING)
+        runner = subprocess.Popen(
+            [str(SCRIPT), "run", "w.iter", "--store", store], cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert runner.stdout is not None
+        run_id = runner.stdout.readline().split()[1]
+        began = time.monotonic()
+        cancelled = run("cancel", run_id, "--store", store)
+        assert (cancelled.returncode, cancelled.stdout) == (0, "cancelled\n"), cancelled.stderr
+        assert time.monotonic() - began < 25  # its owner stopped it at a heartbeat
+        out, err = runner.communicate(timeout=60)
+        assert runner.returncode == 1 and f"run {run_id} (w): cancelled" in out, (out, err)
+    finally:
+        for proc in (holder, locals().get("runner")):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_a_run_cancelled_from_another_terminal_exits_1_and_says_how_to_go_on(
     tmp_path: Path,
 ) -> None:

@@ -531,3 +531,112 @@ def test_yaml_and_json_within_the_bounds_load_and_past_them_are_refused() -> Non
         load_yaml(wide, "wide")  # few values, but each a megabyte
     with pytest.raises(InputFileError, match=r"^multi:2:1: but found another document$"):
         load_yaml("a: 1\n---\nb: 2\n", "multi")
+
+
+# -- 10. data no store keeps: refused with a message, before a run or an answer is made ----
+VARS = """\
+vars:
+  n: int = 1
+  f: float = 1.0
+  j: json = {}
+  s: string = "x"
+
+human gate:
+  instructions: "Ship it?"
+
+workflow w:
+  entry: gate
+  gate -> done
+"""
+
+BAD_VARS = {
+    "an int of 5,000 digits": (
+        "n=" + "9" * 5000,
+        "a number in variable 'n' is out of range (64 bits)",
+    ),
+    "an int beyond 64 bits": ("n=99999999999999999999999", "variable 'n' is out of range (64"),
+    "a float that is infinite": ("f=1e400", "a number in variable 'f' is out of range"),
+    "NaN": ("j=NaN", "variable 'j' should be json, got the text 'NaN'"),
+    "JSON nested 5,000 deep": ("j=" + "[" * 5000 + "]" * 5000, "variable 'j' nests deeper than 64"),
+    "a key twice": ('j={"a": 1, "a": 2}', "variable 'j' repeats the key \"a\" in one object"),
+    "text that is not UTF-8": ("s=a\udcffb", "variable 's' holds a lone surrogate (not UTF-8)"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_VARS))
+def test_a_var_no_store_keeps_is_refused_before_a_run(case: str, tmp_path: Path) -> None:
+    """Each once a traceback (ValueError, RecursionError) or a run stuck on its first write."""
+    given, said = BAD_VARS[case]
+    (tmp_path / "vars.iter").write_text(VARS)
+    refused(cli("run", "vars.iter", "--var", given, "--store", "s", cwd=tmp_path), said, code=1)
+    listed = cli("runs", "list", "--store", "s", cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stdout == "no runs\n", listed.stdout
+
+
+def test_an_answer_no_store_keeps_is_refused_and_the_question_stays_open(tmp_path: Path) -> None:
+    (tmp_path / "vars.iter").write_text(VARS)
+    started = cli("run", "vars.iter", "--store", "s", "--json", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["id"]
+    asked = cli("runs", "questions", run_id, "--store", "s", "--json", cwd=tmp_path)
+    (question,) = json.loads(asked.stdout)["interactions"]
+    answer = ["runs", "answer", run_id, question["id"]]
+    refused(cli(*answer, "a\udcffb", "--store", "s", cwd=tmp_path),
+            "the answer holds a lone surrogate (not UTF-8)", code=1)  # fmt: skip
+    refused(cli(*answer, "[" * 5000 + "]" * 5000, "--json-value", "--store", "s", cwd=tmp_path),
+            "--json-value: the answer nests deeper than 64")  # fmt: skip
+    refused(cli(*answer, "9" * 5000, "--json-value", "--store", "s", cwd=tmp_path),
+            "a number in --json-value: the answer is out of range (64 bits)")  # fmt: skip
+    refused(cli(*answer, "yes", "--as", "a\udcffb", "--store", "s", cwd=tmp_path),
+            "argument --as: is not UTF-8 text: 'a\\xffb'")  # fmt: skip
+    # none of them was taken: the question is still open, and a good answer goes in
+    done = cli(*answer, "yes", "--store", "s", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["runs", "show", "\udcff"], "argument run_id: is not UTF-8 text: '\\xff'"),
+        (["cancel", "a\x1bb"], "argument run_id: holds a control character: 'a\\x1bb'"),
+        (["runs", "answer", "r1", "q\udcfe", "yes"],
+         "argument interaction_id: is not UTF-8 text: 'q\\xfe'"),
+        (["runs", "follow", ""], "argument run_id: must not be empty"),
+    ],
+)  # fmt: skip
+def test_an_id_that_is_not_text_is_a_usage_error(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    """Once the store's own text: 'Python Conversion Failure: cannot encode str as UTF-8'."""
+    refused(cli(*args, "--store", "s", cwd=tmp_path), said)
+    nothing_but(tmp_path)
+
+
+def test_a_closed_standard_output_is_said_on_standard_error(tmp_path: Path) -> None:
+    """`iterion-nb validate flow.iter >&-`: once an AttributeError traceback."""
+    (tmp_path / "vars.iter").write_text(VARS)
+    proc = subprocess.run(
+        [str(CLI), "validate", "vars.iter"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+        timeout=QUICK, check=False, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "iterion-nb: standard output is closed: nothing could be written\n"
+
+
+def test_an_answer_the_shell_split_says_to_quote_it(finished: tuple[Path, str]) -> None:
+    """Once argparse's top-level usage: `error: unrecognized arguments: two three`."""
+    where, run_id = finished
+    refused(cli("runs", "answer", run_id, "q1", "one", "two", "three", cwd=where),
+            f"iterion-nb: the answer is one argument, and 3 were given: quote it"
+            f" (`iterion-nb runs answer {run_id} q1 'one two three'`)")  # fmt: skip
+
+
+@pytest.mark.parametrize("verb", [["run", "w.iter"], ["runs", "list"]])
+def test_a_file_given_as_the_store_is_named_as_such(verb: list[str], tmp_path: Path) -> None:
+    """`run` once said `cannot create the run store …/w.iter/iterion.duckdb: Not a directory`."""
+    (tmp_path / "w.iter").write_text(VARS)
+    refused(cli(*verb, "--store", "w.iter", cwd=tmp_path),
+            f"iterion-nb: {tmp_path / 'w.iter'} is a file, not a run store (a store is a"
+            " directory holding iterion.duckdb, or a .duckdb file)", code=1)  # fmt: skip
+    assert (tmp_path / "w.iter").read_text() == VARS
+    nothing_but(tmp_path, "w.iter")

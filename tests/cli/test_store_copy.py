@@ -73,3 +73,14 @@ def test_the_cli_on_a_postgresql_store_and_copying_to_it(tmp_path: Path, postgre
     moved = json.loads(cli("runs", "show", local["id"], "--store", url, "--json",
                            cwd=tmp_path).stdout)  # fmt: skip
     assert moved["status"] == "paused_waiting_human"
+
+
+def test_a_source_that_is_no_store_is_named_and_nothing_is_made(tmp_path: Path) -> None:
+    """The hint once pointed at `--store`, an option `store copy` has not."""
+    done = cli("store", "copy", "nosrc", "dst", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"iterion-nb: no run store at {tmp_path / 'nosrc' / 'iterion.duckdb'} (nothing was"
+        " created: `iterion-nb run` makes one; SRC names the store to copy from)\n"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -215,7 +215,9 @@ async def test_a_run_cancelled_while_it_waits_for_a_worker_never_runs(
         assert cancel.returncode == 0, cancel.stderr
         # a request, said as one; not the 30 s wait for a run's owner to stop it
         assert cancel.stdout.startswith("running — cancel requested: "), cancel.stdout
-        assert "queued for a cluster ends cancelled" in cancel.stdout
+        assert "waits in a cluster's queue; it ends cancelled, without running a node" in (
+            cancel.stdout
+        )
         assert time.monotonic() - began < 20
         asked = await held.refresh()
         assert asked.status == "running" and asked.cancel_requested
