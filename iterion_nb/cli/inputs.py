@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterion_nb.api.service import MAX_LIST_LIMIT
 from iterion_nb.errors import CompileError, IterionError, StoreError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
@@ -24,6 +23,7 @@ from iterion_nb.ir.models import scripted_nodes
 from iterion_nb.safe_input import InputFileError, open_regular, read_bytes
 from iterion_nb.session.launch import read_answers, scenario_data
 from iterion_nb.store.location import STORE_ENV, check_store_spec
+from iterion_nb.view.text import CONTROLS, limit_arg, plain
 
 #: Exit code of bad usage and of a file that cannot be used.
 EXIT_USAGE = 2
@@ -141,19 +141,6 @@ def check_stores(args: argparse.Namespace) -> None:
             raise InputError(f"{where}{err}") from None
 
 
-def limit_arg(text: str) -> int:
-    """``--limit``: a whole number from 1 to :data:`MAX_LIST_LIMIT`."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_LIST_LIMIT:
-        raise argparse.ArgumentTypeError(
-            f"must be a whole number from 1 to {MAX_LIST_LIMIT:,}, not {text!r}"
-        )
-    return value
-
-
 def id_arg(text: str) -> str:
     """A run or question id (or a name such as ``--as``): UTF-8 text, no control characters.
 
@@ -165,29 +152,11 @@ def id_arg(text: str) -> str:
     if _SURROGATES.search(text):
         shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         raise argparse.ArgumentTypeError(f"is not UTF-8 text: '{plain(shown)}'")
-    if _CONTROLS.search(text):
+    if CONTROLS.search(text):
         raise argparse.ArgumentTypeError(f"holds a control character: '{plain(text)}'")
     return text
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
-# C0 and C1 controls, DEL, and the marks that reorder text on screen (bidi overrides)
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
-
-def plain(text: Any) -> str:
-    r"""``text`` for a terminal: control characters shown escaped (``\x1b``, ``\n``).
-
-    Kept on one line, and unable to move the cursor, recolour the terminal
-    or set its title; ``--json`` output is not passed through this.
-    """
-    return _CONTROLS.sub(_escaped, str(text))
-
-
-def _escaped(match: re.Match[str]) -> str:
-    char = match.group()
-    if char in _NAMED:
-        return _NAMED[char]
-    code = ord(char)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+__all__ = ["limit_arg", "plain"]  # where the commands have always found them

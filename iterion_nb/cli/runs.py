@@ -64,10 +64,10 @@ from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.cluster import CLUSTER_ENV, reach_scheduler
 from iterion_nb.session.launch import answers_yaml
 from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
-from iterion_nb.store.duckdb_store import file_in_the_way
 from iterion_nb.store.holder_file import HolderInfo, find_holder
-from iterion_nb.store.location import mask_url, store_url
+from iterion_nb.store.location import mask_url, missing_store, store_url
 from iterion_nb.store.remote import open_store
+from iterion_nb.view.text import already_answered, clip
 
 T = TypeVar("T")
 
@@ -410,18 +410,6 @@ async def _remote(client: HttpClient, args: argparse.Namespace, action: str) -> 
         raise CliError(already_answered(question)) from None
 
 
-def already_answered(question: dict[str, Any]) -> str:
-    """A second answer's refusal: who answered the question, and what (as ``%iterion answer``)."""
-    given = question["answers"]
-    if isinstance(given, str):
-        labels = {o["id"]: o["label"] for o in question.get("options") or []}
-        shown = repr(_clip(labels.get(given) or given))
-    else:
-        shown = _clip(json.dumps(given, ensure_ascii=False))
-    who, shown = plain(question.get("answered_by") or "someone"), plain(shown)
-    return f"question '{question['id']}' is already answered by {who}: {shown} — nothing sent"
-
-
 def _pins(asked: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """replay.export, from questions as the REST API gives them."""
     pins = []
@@ -533,51 +521,21 @@ async def _report(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def require_store(spec: str | None, another: str = f"--store or {STORE_ENV} names another") -> None:
-    """Refuse a DuckDB store that is not there, for a command about runs already made.
+def require_store(spec: str | None, another: str = f"--store or {STORE_ENV}") -> None:
+    """Refuse a store that is not there, for a command about runs already made.
 
     Opening it would create an empty store where a typo points, and the command
     would then report "no runs" or "0 copied" as if that were the answer.
 
     Raises:
-        CliError: Names the path looked at, and how to name another.
+        CliError: Names the place looked at, and how to name another.
     """
-    url = store_url(spec)
-    if url is not None:
-        _require_schema(url)
-        return
     try:
-        path = resolve_store_path(spec)
-    except StoreError as err:  # a path DuckDB cannot open (not UTF-8)
-        raise CliError(str(err), 2) from None
-    if not path.exists():
-        in_the_way = file_in_the_way(path)
-        if in_the_way is not None:
-            raise CliError(in_the_way)
-        raise CliError(
-            f"no run store at {path} (nothing was created: `iterion-nb run` makes one; {another})"
-        )
-
-
-def _require_schema(url: str) -> None:
-    """Refuse a PostgreSQL schema that holds no store (opening it would make one there)."""
-    try:
-        from iterion_nb.store.postgres_store import split_url, store_exists
-    except ImportError:  # psycopg missing: opening the store says so
-        return
-    try:
-        split_url(url)
-    except StoreError:  # a malformed URL: opening the store says so, as a usage error
-        return
-    try:
-        schema, exists = store_exists(url)
-    except StoreError as err:  # the server is away or refuses us: said once, not twice
-        raise CliError(str(err)) from None
-    if not exists:
-        raise CliError(
-            f"no run store in schema '{schema}' of {mask_url(url)} (nothing was created:"
-            " `iterion-nb run` makes one; ?schema=NAME names another)"
-        )
+        missing = missing_store(spec, "`iterion-nb run`", another)
+    except StoreError as err:  # a path DuckDB cannot open (not UTF-8), a server away
+        raise CliError(str(err), 2 if store_url(spec) is None else 1) from None
+    if missing is not None:
+        raise CliError(missing)
 
 
 async def _off_loop(work: Callable[[], T]) -> T:
@@ -633,7 +591,7 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     _stop_on_signals()
     await _off_loop(lambda: _quiet_dask(args))
     if args.command == "store":  # what `store copy` copies from
-        await _off_loop(lambda: require_store(args.src, "SRC names the store to copy from"))
+        await _off_loop(lambda: require_store(args.src, "SRC"))
     elif args.command != "run":  # every other command is about runs already made
         await _off_loop(lambda: require_store(args.store))
     own = "follow" if args.command == "runs" and args.verb == "follow" else args.command
@@ -922,11 +880,6 @@ def _pair(text: str, option: str = "--var") -> tuple[str, str]:
     return key, value
 
 
-def _clip(text: str, width: int = 200) -> str:
-    """``text`` cut to ``width`` characters, saying so (``--json`` shows it whole)."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _print(
     result: Any, action: str, as_json: bool, out: TextIO, args: argparse.Namespace | None = None
 ) -> None:
@@ -952,13 +905,13 @@ def _shown(result: Any) -> list[str]:
     if result.get("error"):
         lines.append(f"  error: {plain(result['error'])}")
     for node, output in result.get("outputs", {}).items():
-        lines.append(f"  {plain(node)}: {plain(_clip(json.dumps(output, ensure_ascii=False)))}")
+        lines.append(f"  {plain(node)}: {plain(clip(json.dumps(output, ensure_ascii=False)))}")
     lines += [f"  waiting: {_asked(q)}" for q in result.get("questions", [])]
     for q in result.get("interactions", []):
         if q["answered_at"] is None:
             lines.append(f"  asked: {_asked(q)} (pending)")
             continue
-        answer = plain(_clip(json.dumps(q["answers"], ensure_ascii=False)))
+        answer = plain(clip(json.dumps(q["answers"], ensure_ascii=False)))
         lines.append(f"  asked: {_asked(q)}")
         lines.append(f"    answered {answer} by {plain(q['answered_by'])}"
                      f" at {plain(q['answered_at'])}")  # fmt: skip
@@ -1051,7 +1004,7 @@ def _pinned(result: Any) -> list[str]:
     lines = []
     for pin in result["answers"]:
         options = f" [{plain(', '.join(pin['options']))}]" if pin.get("options") else ""
-        answer = plain(_clip(json.dumps(pin["answer"], ensure_ascii=False)))
+        answer = plain(clip(json.dumps(pin["answer"], ensure_ascii=False)))
         lines.append(f"{plain(pin['node'])}: {plain(pin['question'])}{options}\n  -> {answer}")
     return lines or [f"run {plain(result['run'])} has no answers"]
 

@@ -16,7 +16,7 @@ import re
 import shlex
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,12 @@ from IPython.display import HTML, Markdown
 
 from iterion_nb.errors import (
     RESUME_APPLIES_EXPIRY,
+    AlreadyAnsweredError,
     CompileError,
     InvalidAnswerError,
     IterionError,
     NotFoundError,
+    StoreError,
 )
 from iterion_nb.ir import analyze, compile_stored
 from iterion_nb.ir import model as m
@@ -39,18 +41,21 @@ from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, in
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.lifecycle import FORM_REFUSAL
-from iterion_nb.runtime.records import Run
+from iterion_nb.runtime.records import RUN_STATUSES, Run
 from iterion_nb.runtime.values import preset_values, resolve_vars
+from iterion_nb.runtime.wire import interaction_json
 from iterion_nb.session import Session
-from iterion_nb.session.cluster import CLUSTER_ENV, DaskExecutor
+from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, DaskExecutor
 from iterion_nb.session.launch import answers_yaml, attachment_values, read_answers
 from iterion_nb.store.location import (
     is_store_url,
     mask_secrets,
+    missing_store,
     resolve_store_path,
     store_url,
     url_password,
 )
+from iterion_nb.view.text import already_answered, limit_arg
 from iterion_nb.widgets import InboxWidget
 
 #: Sessions by store file, kept across ``%reload_ext`` so live runs stay reachable.
@@ -98,8 +103,8 @@ def _line_parser() -> _Parser:
     p = _Parser(prog="%iterion", add_help=False)
     verbs = p.add_subparsers(dest="verb", parser_class=_Parser)
     runs = verbs.add_parser("runs", add_help=False)
-    runs.add_argument("--status")
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--status", choices=RUN_STATUSES, metavar="STATUS")
+    runs.add_argument("--limit", type=limit_arg, default=20)
     inbox = verbs.add_parser("inbox", add_help=False)
     inbox.add_argument("run_id", nargs="?")
     questions = verbs.add_parser("questions", add_help=False)
@@ -154,12 +159,14 @@ class IterionMagics(Magics):
     shell: InteractiveShell
 
     # -- plumbing ------------------------------------------------------------
-    def session(self, store: str | None = None) -> Session:
+    def session(self, store: str | None = None, *, create: bool = False) -> Session:
         """The session on ``store`` (default: the last store used, else the default one).
 
         A store is a DuckDB path or a ``postgresql://`` URL (used as given).
-        A store that fails to open is not remembered: the next magic without
-        ``--store`` uses the one before it.
+        Only ``create`` (a magic that starts runs) makes a store that is not
+        there; the others refuse it, as the CLI does (see :func:`_require_store`).
+        A store that fails to open, or is refused, is not remembered: the next
+        magic without ``--store`` uses the one before it.
         """
         key: Path | str = store or ""
         try:
@@ -169,6 +176,8 @@ class IterionMagics(Magics):
                 key = _LAST[-1] if _LAST else (store_url() or resolve_store_path(None))
             session = _SESSIONS.get(key)
             if session is None or getattr(session.store, "closed", False):
+                if not create:
+                    _require_store(key)
                 session = _SESSIONS[key] = Session(key)
             elif session in _UNREACHED:
                 _recluster(session)
@@ -180,21 +189,39 @@ class IterionMagics(Magics):
         return session
 
     def _scenario(self, expr: str | None) -> Any:
+        """``--scenario``: a Python expression (a dict, a path), else the path of a file as typed.
+
+        ``--scenario sc`` (a dict) and ``--scenario path_var`` evaluate;
+        ``--scenario /tmp/x.yaml`` is no Python, so it names the file itself.
+        Text that neither evaluates to a dict or a file nor names one is refused,
+        saying both.
+        """
         if expr is None:
             return None
+        value: Any = None
+        failed: str | None = None
         try:
             value = self.shell.ev(expr)  # type: ignore[no-untyped-call]
-        except Exception as err:
-            raise UsageError(f"--scenario {expr}: {type(err).__name__}: {err}") from None
-        if isinstance(value, str | os.PathLike):
-            if not Path(value).is_file():
-                raise UsageError(f"--scenario {expr}: no scenario file {os.fspath(value)!r}")
-            return value
-        if not isinstance(value, dict):
+        except Exception as err:  # (a SyntaxError's place is always line 1 of <string>)
+            failed = f"{type(err).__name__}: {err.msg if isinstance(err, SyntaxError) else err}"
+        else:
+            if isinstance(value, dict):
+                return value
+            if isinstance(value, str | os.PathLike) and Path(value).expanduser().is_file():
+                return os.fspath(Path(value).expanduser())
+        typed = Path(expr).expanduser()
+        if typed.is_file():  # the text names a file, whatever it evaluates to
+            return os.fspath(typed)
+        if failed is not None:
             raise UsageError(
-                f"--scenario {expr}: expected a dict or a file path, got {type(value).__name__}"
+                f"--scenario {expr}: no scenario file {os.fspath(typed)!r}, nor a Python"
+                f" expression that evaluates ({failed}); give a scenario file's path or a dict"
             )
-        return value
+        if isinstance(value, str | os.PathLike):
+            raise UsageError(f"--scenario {expr}: no scenario file {os.fspath(value)!r}")
+        raise UsageError(
+            f"--scenario {expr}: expected a dict or a file path, got {type(value).__name__}"
+        )
 
     def _awaitable(self, coro: Coroutine[Any, Any, Any], what: str = "%iterion") -> Any:
         """In the kernel's running loop, a task the cell awaits; elsewhere, run it to the end.
@@ -212,22 +239,27 @@ class IterionMagics(Magics):
             return get_asyncio_loop().run_until_complete(coro)  # type: ignore[no-untyped-call]
         return Deferred(loop.create_task(coro), what)
 
-    def _expanded(self, prog: str, *values: str | None) -> None:
+    def _expanded(self, prog: str, *values: str | None, rest: Sequence[str] = ()) -> None:
         """Refuse a value IPython left unexpanded, saying why.
 
-        Either it names nothing (``{run.id}`` of no ``run``), or IPython did not
+        Either a ``{…}`` of the line names nothing (``{run.id}`` of no ``run``):
+        IPython then leaves the whole line as typed, so that one is named,
+        wherever it is (``rest``: the line's other words); or IPython did not
         expand it although it could be (see :func:`_not_expanded`).
         """
-        for value in values:
-            for match in _UNEXPANDED.finditer(value or ""):
-                expr = match.group(1) or match.group(2)
-                try:
-                    self.shell.ev(expr)  # type: ignore[no-untyped-call]
-                except Exception as err:
-                    raise UsageError(
-                        f"{prog}: cannot expand {match.group(0)}: {type(err).__name__}: {err}"
-                    ) from None
-                raise UsageError(_not_expanded(prog, match.group(0), expr))
+        typed = [hit for value in values for hit in _UNEXPANDED.finditer(value or "")]
+        if not typed:
+            return
+        for match in [*typed, *(hit for word in rest for hit in _UNEXPANDED.finditer(word))]:
+            expr = match.group(1) or match.group(2)
+            try:
+                self.shell.ev(expr)  # type: ignore[no-untyped-call]
+            except Exception as err:
+                raise UsageError(
+                    f"{prog}: cannot expand {match.group(0)}: {type(err).__name__}: {err}"
+                ) from None
+        first = typed[0]
+        raise UsageError(_not_expanded(prog, first.group(0), first.group(1) or first.group(2)))
 
     # -- %%iterion -----------------------------------------------------------
     @cell_magic("iterion")  # type: ignore[arg-type]
@@ -273,7 +305,7 @@ class IterionMagics(Magics):
             pins = None if args.answers is None else read_answers(args.answers)
         except IterionError as err:
             raise UsageError(f"%%iterion --answers: {err}") from None
-        session = self.session(args.store)
+        session = self.session(args.store, create=True)
         run_id = uuid.uuid4().hex[:12]
 
         self._warn_if_underscore_is_taken()
@@ -297,7 +329,9 @@ class IterionMagics(Magics):
         hook = self.shell.displayhook
         ns = self.shell.user_ns
         if "_" in ns and ns["_"] is not getattr(hook, "_", None):
-            n = self.shell.execution_count
+            # the number IPython files this cell's result under (Out[n]): the displayhook's
+            # (IPython 9 counts the cell being run already, so execution_count is one more)
+            n = getattr(hook, "prompt_count", self.shell.execution_count)
             print(
                 f"note: this notebook assigned `_`, so IPython no longer updates it: take this"
                 f" run with `run = Out[{n}]` (or `del _` to get `_` back)"
@@ -314,7 +348,7 @@ class IterionMagics(Magics):
             raise UsageError(f"%iterion: unknown command {words[0]!r}; {USAGE}")
         args = _line_parser().parse_args(words)
         prog = f"%iterion {args.verb}"
-        self._expanded(prog, *(getattr(args, k, None) for k in _ID_ARGS))
+        self._expanded(prog, *(getattr(args, k, None) for k in _ID_ARGS), rest=words)
         session = self.session(args.store)
         action: Callable[[Session, argparse.Namespace], Awaitable[Any]] = getattr(
             self, f"_{args.verb}"
@@ -343,23 +377,10 @@ class IterionMagics(Magics):
 
     async def _questions(self, session: Session, args: argparse.Namespace) -> Questions:
         await session.store.get_run(args.run_id)
-        store, bell = session.store, getattr(session.store, "doorbell", None)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + args.timeout
-        while True:
-            asked = [q for q in await store.interactions(args.run_id) if q.kind != "await"]
-            if len(asked) >= args.wait:
-                return Questions(asked)
-            if loop.time() >= deadline:
-                raise UsageError(
-                    f"%iterion questions: run {args.run_id!r} asked {len(asked)} question(s)"
-                    f" in {args.timeout:g} s, not {args.wait}"
-                )
-            if bell is None:
-                await asyncio.sleep(0.1)
-                continue
-            with bell.arm(args.run_id) as ticket:
-                await ticket.wait(timeout=0.5)
+        try:
+            return await _asked(session, args)
+        except (asyncio.CancelledError, KeyboardInterrupt):  # interrupted: the run goes on
+            raise UsageError(_stopped_waiting("questions", args.run_id)) from None
 
     async def _answer(self, session: Session, args: argparse.Namespace) -> Answered:
         await session.store.get_run(args.run_id)
@@ -386,6 +407,11 @@ class IterionMagics(Magics):
             outcome = await session.run(args.run_id).answer(
                 args.interaction_id, answer, answered_by="magic"
             )
+        except AlreadyAnsweredError:  # who answered, and what: as the CLI says it
+            asked = await session.store.get_interaction(args.interaction_id)
+            raise UsageError(
+                f"%iterion answer: {already_answered(interaction_json(asked))}"
+            ) from None
         except InvalidAnswerError as err:
             if FORM_REFUSAL not in str(err) or args.json_value:
                 raise
@@ -448,6 +474,8 @@ class IterionMagics(Magics):
             raise UsageError(
                 f"%iterion wait: run {args.run_id!r} still running after {args.timeout} s"
             ) from None
+        except (asyncio.CancelledError, KeyboardInterrupt):  # interrupted: the run goes on
+            raise UsageError(_stopped_waiting("wait", args.run_id)) from None
 
 
 #: The ``%iterion`` commands.
@@ -471,6 +499,76 @@ def _attachments(wf: m.Workflow, items: list[str]) -> dict[str, str]:
     except IterionError as err:
         raise UsageError(f"%%iterion: {err}") from None
     return files
+
+
+async def _asked(session: Session, args: argparse.Namespace) -> Questions:
+    """The run's questions, once it asked ``--wait`` of them (or said why it will not)."""
+    store, bell = session.store, getattr(session.store, "doorbell", None)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + args.timeout
+    while True:
+        record = await store.get_run(args.run_id)  # before the questions: all of them in
+        asked = [q for q in await store.interactions(args.run_id) if q.kind != "await"]
+        if len(asked) >= args.wait:
+            return Questions(asked)
+        if _settled(record):
+            raise UsageError(_asks_no_more(args, record.status, len(asked)))
+        if loop.time() >= deadline:
+            raise UsageError(
+                f"%iterion questions: run {args.run_id!r} asked {len(asked)} question(s)"
+                f" in {args.timeout:g} s, not {args.wait}"
+            )
+        if bell is None:
+            await asyncio.sleep(0.1)
+            continue
+        with bell.arm(args.run_id) as ticket:
+            await ticket.wait(timeout=0.5)
+
+
+#: Statuses in which nothing executes a run: it asks no more questions (unless resumed).
+_SETTLED = ("finished", "failed", "failed_resumable", "cancelled", "interrupted")
+
+
+def _settled(run: Run) -> bool:
+    """Whether nothing executes ``run``: a cluster's run reading ``interrupted`` is taken back."""
+    if run.status == "interrupted" and run.launch.get("executor") == EXECUTOR:
+        return False
+    return run.status in _SETTLED
+
+
+def _asks_no_more(args: argparse.Namespace, status: str, asked: int) -> str:
+    """Why ``%iterion questions --wait N`` stops at once: the run can ask nothing more."""
+    said = (
+        f"%iterion questions: run {args.run_id!r} is {status} and asked {asked} question(s),"
+        f" not {args.wait}: nothing executes it, so it asks no more"
+    )
+    if status in ("finished", "failed"):
+        return said
+    return said + f" unless resumed (%iterion resume {args.run_id})"
+
+
+def _stopped_waiting(verb: str, run_id: str) -> str:
+    """What an interrupted wait says: the run itself goes on, and how to look at it."""
+    return (
+        f"%iterion {verb}: stopped waiting for run {run_id}; it goes on (see it with"
+        f" %iterion show {run_id}, wait again with %iterion wait {run_id},"
+        f" stop it with %iterion cancel {run_id})"
+    )
+
+
+def _require_store(key: Path | str) -> None:
+    """Refuse a store that is not there, for a magic about runs already made (as the CLI does).
+
+    Opening it would create an empty store where a typo points, and the magic
+    would then say "0 run(s)" as if that were the answer. Only ``%%iterion
+    --run`` makes a store.
+
+    Raises:
+        StoreError: Names the place looked at, and how to name another.
+    """
+    missing = missing_store(key, "%%iterion --run")
+    if missing is not None:
+        raise StoreError(missing)
 
 
 def _scripted(run: Run) -> bool:

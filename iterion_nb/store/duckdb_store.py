@@ -74,6 +74,7 @@ from iterion_nb.store.duckdb_rows import (
 from iterion_nb.store.duckdb_schema import APP_MARK, LATEST, MIGRATIONS
 from iterion_nb.store.location import (
     DEFAULT_FILE,
+    file_in_the_way,
     make_private_dirs,
     names_store_dir,
     resolve_store_path,
@@ -222,16 +223,6 @@ def _load_pending(con: duckdb.DuckDBPyConnection) -> list[Interaction]:
         " AND ended IS NULL ORDER BY requested_at, n"
     ).fetchall()
     return [interaction_from_row(row) for row in rows]
-
-
-def file_in_the_way(target: Path) -> str | None:
-    """Why no store can be at ``target``: a file stands where its directory would be."""
-    if not target.exists() and target.parent.is_file():  # `--store flow.iter`
-        return (
-            f"{target.parent} is a file, not a run store (a store is a directory holding"
-            " iterion.duckdb, or a .duckdb file)"
-        )
-    return None
 
 
 def open_duckdb_store(

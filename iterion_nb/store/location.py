@@ -307,6 +307,60 @@ def _chosen(path: str | os.PathLike[str] | None) -> Path:
     return Path(chosen).expanduser()
 
 
+def file_in_the_way(target: Path) -> str | None:
+    """Why no store can be at ``target``: a file stands where its directory would be."""
+    if not target.exists() and target.parent.is_file():  # `--store flow.iter`
+        return (
+            f"{target.parent} is a file, not a run store (a store is a directory holding"
+            f" {DEFAULT_FILE}, or a .duckdb file)"
+        )
+    return None
+
+
+def missing_store(
+    spec: str | os.PathLike[str] | None, maker: str, another: str = f"--store or {STORE_ENV}"
+) -> str | None:
+    """Why a command about runs already made must not open ``spec`` (it would make a store).
+
+    None when the store is there. Opening one that is not would create an
+    empty store where a typo points, and the command would then say "no runs"
+    as if that were the answer. ``maker`` names what makes a store (``iterion-nb
+    run``); ``another`` how to name another store.
+
+    Raises:
+        StoreError: The path cannot be used at all, or the server does not answer.
+    """
+    url = store_url(spec)
+    if url is not None:
+        return _missing_schema(url, maker)
+    path = resolve_store_path(spec)
+    if path.exists():
+        return None
+    return file_in_the_way(path) or (
+        f"no run store at {path} (nothing was created: {maker} makes one; {another} names another)"
+    )
+
+
+def _missing_schema(url: str, maker: str) -> str | None:
+    if url.split(":", 1)[0].lower() not in POSTGRES_SCHEMES:  # opening it says what is wrong
+        return None
+    try:
+        from iterion_nb.store.postgres_store import split_url, store_exists
+    except ImportError:  # psycopg missing: opening the store says so
+        return None
+    try:
+        split_url(url)
+    except StoreError:  # a malformed URL: opening the store says so, as a usage error
+        return None
+    schema, exists = store_exists(url)  # (a server away: its StoreError, password masked)
+    if exists:
+        return None
+    return (
+        f"no run store in schema '{schema}' of {mask_url(url)} (nothing was created:"
+        f" {maker} makes one; ?schema=NAME names another)"
+    )
+
+
 def names_store_dir(path: str | os.PathLike[str] | None = None) -> bool:
     """Whether the store is named by its directory (``.iterion``, a path not ending ``.duckdb``)."""
     return _chosen(path).suffix != ".duckdb"

@@ -81,6 +81,6 @@ def test_a_source_that_is_no_store_is_named_and_nothing_is_made(tmp_path: Path) 
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         f"iterion-nb: no run store at {tmp_path / 'nosrc' / 'iterion.duckdb'} (nothing was"
-        " created: `iterion-nb run` makes one; SRC names the store to copy from)\n"
+        " created: `iterion-nb run` makes one; SRC names another)\n"
     )
     assert list(tmp_path.iterdir()) == []

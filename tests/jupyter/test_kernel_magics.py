@@ -48,6 +48,16 @@ def kernel(tmp_path: Path) -> Iterator[Kernel]:
     ensure_event_loop().close()
 
 
+def made_store(path: Path) -> Path:
+    """An empty store at ``path``, as a first run makes one (line magics make none)."""
+    import asyncio
+
+    from iterion_nb.store import open_duckdb_store
+
+    asyncio.run(open_duckdb_store(path).close())
+    return path
+
+
 def shown(outputs: list[dict[str, Any]]) -> str:
     """Everything the cell showed, as text (display updates included)."""
     texts = []
@@ -64,17 +74,25 @@ def shown(outputs: list[dict[str, Any]]) -> str:
 
 def test_load_ext_and_a_magic_in_one_cell(kernel: Kernel, tmp_path: Path) -> None:
     """The cell that loads the extension was read before it existed; its magic still runs."""
-    store = tmp_path / "store"
+    store = made_store(tmp_path / "store")
     outputs = everything(kernel, f"%load_ext iterion_nb\n%iterion runs --store {store}", 1.0)
     text = shown(outputs)
     assert "coroutine" not in text
     assert "0 run(s)" in text and "id  workflow  status" in text, text
+    # a store that is not there is said to be so, not made
+    missing = tmp_path / "typo"
+    text = shown(everything(kernel, f"%iterion runs --store {missing}", 0.5))
+    assert f"UsageError: %iterion: no run store at {missing / 'iterion.duckdb'}" in text, text
+    assert not missing.exists()
 
 
 def test_a_magic_s_mistake_in_the_loading_cell_is_still_one_line(
     kernel: Kernel, tmp_path: Path
 ) -> None:
-    outputs = everything(kernel, "%load_ext iterion_nb\n%iterion wait nosuchrun", 1.0)
+    store = made_store(tmp_path / "store")
+    outputs = everything(
+        kernel, f"%load_ext iterion_nb\n%iterion wait nosuchrun --store {store}", 1.0
+    )
     text = shown(outputs)
     assert "UsageError: %iterion wait: no run 'nosuchrun'" in text, text
     assert "Traceback" not in text
@@ -132,7 +150,7 @@ def test_a_failed_store_and_a_silent_cluster_are_one_line_in_a_kernel(
         port = sock.getsockname()[1]
     store = tmp_path / "store"
     kernel.run(f"%load_ext iterion_nb\n%env ITERION_NB_CLUSTER=tcp://127.0.0.1:{port}")
-    kernel.run(f"%iterion runs --store {store}")  # the store: no scheduler needed
+    kernel.run(f"%iterion runs --store {made_store(store)}")  # the store: no scheduler needed
     text = shown(everything(kernel, "%iterion runs --store postgresql://u:pw@127.0.0.1:1/db", 0))
     assert "UsageError: %iterion: cannot connect to the run store" in text, text
     assert "u:***@" in text and "Traceback" not in text

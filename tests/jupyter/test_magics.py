@@ -128,17 +128,83 @@ def test_usage_mistakes_are_one_line(
         ("%iterion bogus", "unknown command 'bogus'"),
         ("%iterion", "%iterion runs | show RUN | inbox"),
         ("%iterion wait", "the following arguments are required: run_id"),
-        ("%iterion runs --limit many", "invalid int value"),
     ],
 )
 def test_line_magic_mistakes_are_one_line(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str], line: str, message: str
 ) -> None:
+    ok(shell, "import iterion_nb as it\nawait it.Session(store).close()")  # the store is there
     result = run(shell, f"{line} --store $store" if line != "%iterion" else line)
     _, err = capsys.readouterr()
     assert not result.success
     assert message in err, err
     assert "Traceback" not in err
+
+
+STATUSES = (
+    "'running', 'paused_waiting_human', 'finished', 'failed', 'failed_resumable', 'cancelled',"
+    " 'interrupted'"
+)
+
+
+LIMIT = "argument --limit: must be a whole number from 1 to 10,000, not"
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("runs --limit many", f"{LIMIT} 'many'"),
+        ("runs --limit 0", f"{LIMIT} '0'"),
+        ("runs --limit 10001", f"{LIMIT} '10001'"),
+        (
+            "runs --status bogus",
+            f"argument --status: invalid choice: 'bogus' (choose from {STATUSES})",
+        ),
+    ],
+)
+def test_runs_takes_a_status_and_a_limit_as_the_cli_does(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], line: str, said: str
+) -> None:
+    """A status that is none, a limit of 0: one line each, as the CLI says them."""
+    ok(shell, "import iterion_nb as it\nawait it.Session(store).close()")  # the store is there
+    result = run(shell, f"%iterion {line} --store $store")
+    assert not result.success
+    assert capsys.readouterr().err == f"UsageError: %iterion runs: {said}\n"
+    table = ok(shell, "%iterion runs --status finished --limit 10000 --store $store")
+    assert repr(table).startswith("0 run(s) with status finished")
+
+
+def test_a_store_that_is_not_there_is_refused_and_not_made(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo in --store makes no empty store, nor becomes the store the next magic uses."""
+    typo = tmp_path / "x" / "typo-store"
+    shell.user_ns["typo"] = str(typo)
+    handle = ok(shell, "%%iterion --run --store $store\n" + FORM_GATE)
+    shell.user_ns["r"] = handle
+    assert ok(shell, "%iterion wait {r.id}") == "paused_waiting_human"
+    capsys.readouterr()
+    for line in ("%iterion runs --store $typo", "%iterion wait {r.id} --store $typo"):
+        result = run(shell, line)
+        assert not result.success
+        assert capsys.readouterr().err == (
+            f"UsageError: %iterion: no run store at {typo}/iterion.duckdb (nothing was created:"
+            " %%iterion --run makes one; --store or ITERION_NB_STORE names another)\n"
+        )
+    assert not (tmp_path / "x").exists()
+    # the store refused is not the one the next magic uses: the one before is
+    table = ok(shell, "%iterion runs")
+    assert repr(table).startswith("1 run(s)") and handle.id in repr(table)
+    # what starts runs makes the store
+    made = ok(shell, "%%iterion --run --store $typo\n" + FORM_GATE)
+    assert (typo / "iterion.duckdb").is_file()
+    assert made.id in repr(ok(shell, "%iterion runs --store $typo"))
+    shell.user_ns["made"] = made
+    assert (
+        ok(shell, "%iterion wait {made.id}") == "paused_waiting_human"
+    )  # (in $typo: the last used)
+    assert ok(shell, "%iterion cancel {made.id}") == "cancelled"
+    assert ok(shell, "%iterion cancel {r.id} --store $store") == "cancelled"
 
 
 def test_run_answer_wait_through_the_magics(
@@ -168,10 +234,34 @@ def test_run_answer_wait_through_the_magics(
     data, _ = handle._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in data
     assert data["text/plain"].startswith(f"Run {handle.id}: the live run widget")
-    # answering again is a conflict, said in one line
+    # answering again is a conflict, said in one line: who answered, what
     result = run(shell, "%iterion answer {r.id} {q.id} casual")
     assert not result.success
-    assert "already answered" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"UsageError: %iterion answer: question '{shell.user_ns['q'].id}' is already answered"
+        " by magic: 'Formal' — nothing sent\n"
+    )
+
+
+def test_a_second_answer_says_who_answered_and_what_as_the_cli_does(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    ok(shell, "await r.answer(q.id, 'formal', answered_by='ada')")
+    capsys.readouterr()
+    result = run(shell, "%iterion answer {r.id} {q.id} casual")
+    assert not result.success
+    iid = shell.user_ns["q"].id
+    assert capsys.readouterr().err == (
+        f"UsageError: %iterion answer: question '{iid}' is already answered by ada: 'Formal'"
+        " — nothing sent\n"
+    )
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    assert handle.outputs["gate"]["answers"][0]["answer"] == "formal"
 
 
 def test_wait_awaits_without_blocking_the_loop(shell: InteractiveShell) -> None:
@@ -490,6 +580,17 @@ def test_the_magics_on_a_postgresql_store(
     table = ok(shell, "%iterion runs --store $pg")
     assert handle.id in repr(table)
     assert "***" in repr(table) or "SECRET" not in repr(table)  # never a password
+    # a schema that holds no store is refused, not made (nor used by the next magic)
+    from iterion_nb.store.location import mask_url
+
+    typo = shell.user_ns["typo_pg"] = url.replace("schema=magics_pg", "schema=magics_typo")
+    result = run(shell, "%iterion runs --store $typo_pg")
+    assert not result.success
+    assert capsys.readouterr().err == (
+        f"UsageError: %iterion: no run store in schema 'magics_typo' of {mask_url(typo)}"
+        " (nothing was created: %%iterion --run makes one; ?schema=NAME names another)\n"
+    )
+    assert handle.id in repr(ok(shell, "%iterion runs"))
     ok(shell, "await r.answer(q.id, 'formal')")
     assert ok(shell, "%iterion wait {r.id}") == "finished"
     result = run(shell, "%iterion runs --store mysql://u:pw@db/x")
@@ -639,3 +740,137 @@ def test_a_name_ipython_left_as_typed_beside_json_braces_is_refused_saying_what_
     shell.user_ns["payload"] = '{"ship": true}'
     answered = ok(shell, "%iterion answer {gid} {iid} --json '{payload}'")
     assert answered["resumed"] is True
+
+
+def test_a_scenario_is_a_file_s_path_as_typed_or_a_python_expression(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    path = tmp_path / "minimal.scenario.yaml"
+    path.write_text(json.dumps(SCENARIO))  # (JSON is YAML)
+    shell.user_ns["spath"] = str(path)
+    launch = "%%iterion x --run --var topic=t --store $store --scenario "
+    for given in (str(path), f'"{path}"', f"'{path}'", "spath", "scenario"):
+        handle = ok(shell, launch + given + "\n" + WORKFLOW)
+        shell.user_ns["r"] = handle
+        asked = ok(shell, "await r.next_question(timeout=10)")
+        assert asked.questions == ("Tone?",), given
+        assert ok(shell, "%iterion cancel {r.id}") == "cancelled"
+    capsys.readouterr()
+    missing = tmp_path / "nope.yaml"
+    for given, why in [
+        (str(missing), "SyntaxError: invalid syntax"),
+        ("nosuch_scenario", "NameError: name 'nosuch_scenario' is not defined"),
+    ]:
+        result = run(shell, launch + given + "\n" + WORKFLOW)
+        assert not result.success
+        assert capsys.readouterr().err == (
+            f"UsageError: --scenario {given}: no scenario file '{given}', nor a Python expression"
+            f" that evaluates ({why}); give a scenario file's path or a dict\n"
+        )
+    shell.user_ns["spath"] = str(missing)  # evaluates to a path: that file is missing
+    result = run(shell, launch + "spath\n" + WORKFLOW)
+    assert not result.success
+    assert (
+        capsys.readouterr().err == f"UsageError: --scenario spath: no scenario file '{missing}'\n"
+    )
+
+
+def test_the_note_names_the_out_of_the_cell_it_is_in(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cell whose prompt is [n] files its result as Out[n]: the note names that one."""
+    for code in ("1 + 1", "'two'", "for _ in range(2):\n    pass"):
+        shell.run_cell(code, store_history=True)
+    number = shell.execution_count  # the prompt of the next cell: In [number]
+    capsys.readouterr()
+    cell = "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    result = shell.run_cell(cell, store_history=True)
+    assert result.success and result.execution_count == number
+    out = capsys.readouterr().out
+    assert f"take this run with `run = Out[{number}]`" in out, out
+    assert shell.user_ns["Out"][number] is result.result
+    shell.user_ns.pop("_")  # as `del _` does
+    shell.user_ns["r"] = result.result
+    assert ok(shell, "%iterion cancel {r.id}") == "cancelled"
+
+
+def test_the_expression_that_does_not_expand_is_named_not_the_one_before(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    shell.user_ns["known"] = SimpleNamespace(id="abc")
+    for line, typed, name in [
+        ("%iterion answer {known.id} {nosuch.id} formal", "{nosuch.id}", "nosuch"),
+        ("%iterion answer {known.id} q1 {nosuch_word}", "{nosuch_word}", "nosuch_word"),
+    ]:
+        result = run(shell, line)
+        assert not result.success
+        assert capsys.readouterr().err == (
+            f"UsageError: %iterion answer: cannot expand {typed}: NameError:"
+            f" name '{name}' is not defined\n"
+        )
+
+
+def test_an_interrupted_wait_is_one_line_and_the_run_goes_on(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interrupt cancels the cell's task (as ipykernel does): the wait stops, not the run."""
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    capsys.readouterr()
+    interrupt = (
+        "import asyncio\n"
+        "asyncio.get_running_loop().call_later(0.3, asyncio.current_task().cancel)\n"
+    )
+    for verb in ("wait {r.id}", "questions {r.id} --wait 2"):
+        result = run(shell, f"{interrupt}%iterion {verb}")
+        assert not result.success
+        name = verb.split()[0]
+        rid = handle.id
+        assert capsys.readouterr().err == (
+            f"UsageError: %iterion {name}: stopped waiting for run {rid}; it goes on (see it with"
+            f" %iterion show {rid}, wait again with %iterion wait {rid}, stop it with"
+            f" %iterion cancel {rid})\n"
+        )
+    assert ok(shell, "(await r.refresh()).status") == "running"
+    ok(shell, "await r.answer(q.id, 'formal')")
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+
+
+def test_questions_wait_on_a_settled_run_says_so_at_once(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    assert ok(shell, "%iterion cancel {r.id}") == "cancelled"
+    capsys.readouterr()
+    began = time.monotonic()
+    result = run(shell, "%iterion questions {r.id} --wait 2")
+    assert not result.success
+    assert capsys.readouterr().err == (
+        f"UsageError: %iterion questions: run '{handle.id}' is cancelled and asked 1 question(s),"
+        f" not 2: nothing executes it, so it asks no more unless resumed"
+        f" (%iterion resume {handle.id})\n"
+    )
+    ok(shell, "%iterion resume {r.id}")
+    ok(shell, "await r.answer(q.id, 'formal')")
+    assert ok(shell, "%iterion wait {r.id}") == "finished"
+    capsys.readouterr()
+    result = run(shell, "%iterion questions {r.id} --wait 5")
+    assert not result.success
+    assert capsys.readouterr().err == (
+        f"UsageError: %iterion questions: run '{handle.id}' is finished and asked 1 question(s),"
+        " not 5: nothing executes it, so it asks no more\n"
+    )
+    assert time.monotonic() - began < 10  # not the 60 s timeout

@@ -1,0 +1,66 @@
+"""Text for a person at a terminal or in a notebook, said the same by the CLI and the magics.
+
+Terminal-safe text (:func:`plain`), list limits (:func:`limit_arg`), and the
+refusal of a second answer naming who gave the first (:func:`already_answered`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any
+
+#: The most runs one listing returns (REST ``?limit=``, ``runs list --limit``, ``%iterion runs``).
+MAX_LIST_LIMIT = 10_000
+
+# C0 and C1 controls, DEL, and the marks that reorder text on screen (bidi overrides)
+CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def plain(text: Any) -> str:
+    r"""``text`` for a terminal: control characters shown escaped (``\x1b``, ``\n``).
+
+    Kept on one line, and unable to move the cursor, recolour the terminal
+    or set its title; ``--json`` output is not passed through this.
+    """
+    return CONTROLS.sub(_escaped, str(text))
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def clip(text: str, width: int = 200) -> str:
+    """``text`` cut to ``width`` characters, saying so (``--json`` shows it whole)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def limit_arg(text: str) -> int:
+    """``--limit``: a whole number from 1 to :data:`MAX_LIST_LIMIT`."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_LIST_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 1 to {MAX_LIST_LIMIT:,}, not {text!r}"
+        )
+    return value
+
+
+def already_answered(question: dict[str, Any]) -> str:
+    """A second answer's refusal: who answered the question (as the REST API shows it), and what."""
+    given = question["answers"]
+    if isinstance(given, str):
+        labels = {o["id"]: o["label"] for o in question.get("options") or []}
+        shown = repr(clip(labels.get(given) or given))
+    else:
+        shown = clip(json.dumps(given, ensure_ascii=False))
+    who, shown = plain(question.get("answered_by") or "someone"), plain(shown)
+    return f"question '{question['id']}' is already answered by {who}: {shown} — nothing sent"
