@@ -1,15 +1,23 @@
 """JSON data a run records, held to what every store and surface can keep.
 
 A run writes its variables, answers and node outputs to the store as JSON,
-and every surface reads them back. Python's own ``json`` lets through what
-no store keeps: ``NaN`` and infinities (``1e400``), numbers of any size (and
-raises ``ValueError`` past 4,300 digits), nesting until ``RecursionError``,
-text with a lone surrogate (no UTF-8 store can hold it), objects that name a
-key twice. So data from a person is parsed by :func:`loads`, and data a run
-makes (an expression's result, a tool's or a model's output) is checked by
-:func:`problem`, against the same bounds: finite numbers, integers within 64
-bits (the language's own limit), nesting at most :data:`MAX_DEPTH` levels,
-at most :data:`MAX_DATA_CHARS` characters once written out.
+and every surface reads them back. Two rules:
+
+- What a person types (a ``--var``, a ``--json-value`` answer, a REST body)
+  is parsed by :func:`loads`, strictly: no ``NaN`` or infinities, integers
+  within 64 bits (the language's own numbers), no key twice in an object,
+  nesting at most :data:`MAX_DEPTH` levels, no lone surrogate.
+- What a run makes or is given from Python (a tool's or a model's output, an
+  expression's result, ``Session`` variables and answers) is checked by
+  :func:`problem` against what the store can write at all: finite numbers,
+  integers Python can write out (4,300 digits), text without a lone
+  surrogate (no UTF-8 store holds one), ``dict`` objects (keys that are not
+  text are written as text, as ``json`` always does), at most
+  :data:`MAX_DATA_CHARS` characters written out.
+
+Python's own ``json`` would let NaN and 1e400 through, raise ``ValueError``
+past 4,300 digits and ``RecursionError`` when nested deep, and no store
+could then record the run's next step.
 """
 
 from __future__ import annotations
@@ -17,19 +25,21 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-#: How deeply lists and objects may nest in recorded data.
+#: How deeply lists and objects may nest in what a person types.
 MAX_DEPTH = 64
-#: Integers are signed 64-bit numbers, as in the language (``C301``).
+#: Integers a person types are signed 64-bit numbers, as in the language (``C301``).
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
-#: The most characters one value may take written out as JSON (16 Mi).
-MAX_DATA_CHARS = 16 * 1024 * 1024
+#: The most characters one recorded value may take written out as JSON (64 Mi).
+MAX_DATA_CHARS = 64 * 1024 * 1024
+#: Integers Python writes out: fewer than 4,300 digits (``sys.get_int_max_str_digits``).
+_WRITABLE = 10**4300
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-#: What a scalar, a comma or brackets add to the written size, at least.
-_OVERHEAD = 2
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
 class DataError(ValueError):
@@ -57,6 +67,8 @@ def loads(text: str, what: str) -> Any:
     Raises:
         DataError: It is not JSON, or holds what no store keeps; the message says what.
     """
+    if len(text) > MAX_DATA_CHARS:
+        raise DataError("too_large", f"{what} is larger than {MAX_DATA_CHARS:,} characters")
     strict = _Strict(what)
     try:
         data = json.loads(
@@ -71,10 +83,9 @@ def loads(text: str, what: str) -> Any:
             f"{what} is not JSON: {err.msg} (line {err.lineno}, column {err.colno})",
             syntax=True,
         ) from None
-    found = problem(data, named=False)  # its keys are the sender's text: not echoed
+    found = _walk(data, _unnamed, _TYPED)  # its keys are the sender's text: not echoed
     if found is not None:
-        code = "too_deep" if "deeper" in found else "too_large" if "larger" in found else "bad_json"
-        raise DataError(code, f"{what} {found}")
+        raise DataError("too_deep" if "deeper" in found else "bad_json", f"{what} {found}")
     return data
 
 
@@ -117,67 +128,94 @@ class _Strict:
 def problem(value: Any, *, named: bool = True) -> str | None:
     """What keeps ``value`` from being recorded, or None: ``"'a[2]' is not a finite number"``.
 
-    Walks the value once, without recursion, looking at each scalar where its
-    container lists it; the message names the first offending place by its
-    path (``a.b[2]``) unless ``named`` is false, or says it of the whole value.
+    Written out once (as the store will): most values pass at that cost. When
+    that fails, or the text holds a lone surrogate, the value is walked to name
+    the first offending place by its path (``a.b[2]``) unless ``named`` is false.
     """
-    if not isinstance(value, Mapping | list | tuple):
-        found = _scalar_problem(value)
-        if found is None and isinstance(value, str) and len(value) > MAX_DATA_CHARS:
-            found = f"is larger than {MAX_DATA_CHARS:,} characters as JSON"
-        return found
-    return _walk(value, _path if named else _unnamed)
-
-
-def _walk(
-    value: Mapping[str, Any] | list[Any] | tuple[Any, ...], path: Callable[[_Trail], str]
-) -> str | None:
-    """:func:`problem` of a container."""
-    # each entry: a container, its depth, and its trail (parent's trail, key) for the message
-    stack: list[tuple[Any, int, _Trail]] = [(value, 1, None)]
-    size = 0
-    while stack:
-        item, depth, trail = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"{path(trail)}nests deeper than {MAX_DEPTH}"
-        if isinstance(item, Mapping):
-            found, keys = _keys_problem(item)
-            if found is not None:
-                return f"{path(trail)}{found}"
-            size += keys
-            pairs: Any = item.items()
-        else:
-            pairs = enumerate(item)
-        for key, sub in pairs:
-            if isinstance(sub, str):
-                size += len(sub) + _OVERHEAD
-                if _SURROGATE.search(sub) is None:
-                    continue
-            elif isinstance(sub, Mapping | list | tuple):
-                stack.append((sub, depth + 1, (trail, key)))
-                continue
-            found = _scalar_problem(sub)
-            if found is not None:
-                return f"{path((trail, key))}{found}"
-            size += _OVERHEAD
-        if size > MAX_DATA_CHARS:
-            return f"is larger than {MAX_DATA_CHARS:,} characters as JSON"
+    try:
+        text = _ENCODER.encode(value)
+    except (ValueError, TypeError, RecursionError) as err:
+        found = _walk(value, _path if named else _unnamed, _WRITTEN)
+        return found or f"cannot be written as JSON ({type(err).__name__}: {err})"
+    if len(text) > MAX_DATA_CHARS:
+        return f"is larger than {MAX_DATA_CHARS:,} characters as JSON"
+    if _SURROGATE.search(text):
+        return _walk(value, _path if named else _unnamed, _WRITTEN) or (
+            "holds a lone surrogate (not UTF-8)"
+        )
     return None
 
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """What a walk refuses: how deep, which integers, which keys."""
+
+    depth: int | None
+    number: Callable[[int], str | None]
+    any_key: bool  # keys that are not text are written as text (json's way)
+
+
+def _typed_number(item: int) -> str | None:
+    return None if INT_MIN <= item <= INT_MAX else "is an integer beyond 64 bits"
+
+
+def _written_number(item: int) -> str | None:
+    return None if -_WRITABLE < item < _WRITABLE else "is an integer of 4,300 digits or more"
+
+
+_TYPED = _Rules(MAX_DEPTH, _typed_number, any_key=False)
+_WRITTEN = _Rules(None, _written_number, any_key=True)
 
 _Trail = tuple[Any, str | int] | None
 
 
-def _keys_problem(item: Mapping[Any, Any]) -> tuple[str | None, int]:
-    """A problem of a mapping's keys (not text, not UTF-8), and the size they add."""
-    size = 0
+def _walk(value: Any, path: Callable[[_Trail], str], rules: _Rules) -> str | None:
+    """The first place in ``value`` (and why) that ``rules`` refuse, without recursion."""
+    # each entry: a value, its depth, and its trail (parent's trail, key) for the message
+    stack: list[tuple[Any, int, _Trail]] = [(value, 1, None)]
+    while stack:
+        item, depth, trail = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if rules.depth is not None and depth > rules.depth:
+                return f"{path(trail)}nests deeper than {rules.depth}"
+            if isinstance(item, dict):
+                found = _keys_problem(item, rules)
+                if found is not None:
+                    return f"{path(trail)}{found}"
+                pairs: Any = item.items()
+            else:
+                pairs = enumerate(item)
+            stack.extend((sub, depth + 1, (trail, key)) for key, sub in pairs)
+            continue
+        found = _scalar_problem(item, rules)
+        if found is not None:
+            return f"{path(trail)}{found}"
+    return None
+
+
+def _keys_problem(item: dict[Any, Any], rules: _Rules) -> str | None:
+    """A problem of a mapping's keys (not text, not UTF-8)."""
     for key in item:
-        if not isinstance(key, str):
-            return f"has a key that is not text ({type(key).__name__})", size
-        if _SURROGATE.search(key):
-            return "has a key with a lone surrogate (not UTF-8)", size
-        size += len(key) + _OVERHEAD
-    return None, size
+        if isinstance(key, str):
+            if _SURROGATE.search(key):
+                return "has a key with a lone surrogate (not UTF-8)"
+        elif not (rules.any_key and (key is None or isinstance(key, int | float))):
+            return f"has a key that is not text ({type(key).__name__})"
+        elif isinstance(key, float) and not math.isfinite(key):
+            return f"has a key that is not a finite number ({key})"
+    return None
+
+
+def _scalar_problem(item: Any, rules: _Rules) -> str | None:
+    if item is None or isinstance(item, bool):
+        return None
+    if isinstance(item, int):
+        return rules.number(item)
+    if isinstance(item, float):
+        return None if math.isfinite(item) else f"is not a finite number ({item})"
+    if isinstance(item, str):
+        return "holds a lone surrogate (not UTF-8)" if _SURROGATE.search(item) else None
+    return f"is not JSON data ({type(item).__name__})"
 
 
 def _unnamed(trail: _Trail) -> str:
@@ -194,15 +232,3 @@ def _path(trail: _Trail) -> str:
         return ""
     shown = "".join(reversed(parts)).removeprefix(".")
     return f"'{shown if len(shown) <= 80 else shown[:77] + '...'}' "
-
-
-def _scalar_problem(item: Any) -> str | None:
-    if item is None or isinstance(item, bool | Mapping | list | tuple):
-        return None
-    if isinstance(item, int):
-        return None if INT_MIN <= item <= INT_MAX else "is an integer beyond 64 bits"
-    if isinstance(item, float):
-        return None if math.isfinite(item) else f"is not a finite number ({item})"
-    if isinstance(item, str):
-        return "holds a lone surrogate (not UTF-8)" if _SURROGATE.search(item) else None
-    return f"is not JSON data ({type(item).__name__})"

@@ -88,11 +88,12 @@ def refuse_unscripted(wf: m.Workflow, where: str) -> None:
         nodes = ", ".join(f"'{name}'" for name in scripted[:3])
         more = f" (and {len(scripted) - 3} more)" if len(scripted) > 3 else ""
         one = len(scripted) == 1
+        they, answer = ("it", "it answers") if one else ("them", "they answer")
         raise InputError(
             f"{where}: {'node' if one else 'nodes'} {nodes}{more} {'uses' if one else 'use'}"
-            f" the scripted model, and no scenario says what {'it answers' if one else 'they'}"
-            f"{'' if one else ' answer'}: give one with --scenario FILE"
-            " (examples/*.scenario.yaml are samples) or name a real model backend"
+            f" the scripted model, and no scenario says what {answer}: give one with"
+            " --scenario FILE (examples/*.scenario.yaml are samples), or give"
+            f' {they} a real model (model: "anthropic/…", "openai/…")'
         )
 
 

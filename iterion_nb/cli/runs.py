@@ -32,14 +32,15 @@ from iterion_nb import safe_data
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.holder import open_served_store
 from iterion_nb.api.service import MAX_LIST_LIMIT, event_json, interaction_json, run_json
+from iterion_nb.backends.providers.scripted import NO_SCENARIO
 from iterion_nb.cli.follow import add_follow, asked_line, follow_run
 from iterion_nb.cli.inputs import (
+    InputError,
     RunInputs,
     id_arg,
     limit_arg,
     plain,
     read_run_inputs,
-    refuse_unscripted,
     store_arg,
 )
 from iterion_nb.cli.store_copy import add_store_commands, copied_lines, store_copy
@@ -47,13 +48,11 @@ from iterion_nb.errors import (
     RESUME_APPLIES_EXPIRY,
     AlreadyAnsweredError,
     BadTextError,
-    CompileError,
     InvalidAnswerError,
     IterionError,
     RunOwnedError,
     StoreError,
 )
-from iterion_nb.ir.compile import compile_stored
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
@@ -132,7 +131,7 @@ def add_commands(sub: Any) -> None:
         "text", nargs="+", help="the answer, one argument (text; JSON with --json-value)"
     )
     answer.add_argument("--json-value", action="store_true", help="read the answer as JSON")
-    answer.add_argument("--as", dest="answered_by", type=id_arg, default="cli", help="who answers")
+    answer.add_argument("--as", dest="answered_by", default="cli", help="who answers")
     _common(answer)
     add_follow(verbs, _common)
     resume = sub.add_parser("resume", help="resume a paused, failed or cancelled run here")
@@ -836,11 +835,14 @@ async def _begin(session: Session, args: argparse.Namespace, inputs: RunInputs) 
     run_id = args.run_id if args.command == "resume" else uuid.uuid4().hex[:12]
     try:
         if args.command == "resume":
-            if inputs.scenario is None:  # none given, none recorded: it would fail again
+            if inputs.scenario is None:  # it failed for want of one: it would fail again
                 record = await session.store.get_run(run_id)
-                if record.launch.get("scenario") is None:
-                    with contextlib.suppress(CompileError):  # resume says what is wrong then
-                        refuse_unscripted(compile_stored(record.source, run_id), f"run {run_id}")
+                if record.launch.get("scenario") is None and NO_SCENARIO in (record.error or ""):
+                    raise InputError(
+                        f"run {run_id} failed for want of a scenario (its agents answer from"
+                        " one, and it recorded none): resume it with --scenario FILE"
+                        " (examples/*.scenario.yaml are samples)"
+                    )
             return await session.resume(run_id, force=args.force, scenario=inputs.scenario)
         assert inputs.workflow is not None  # read for `run`
         return await session.start(

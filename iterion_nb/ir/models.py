@@ -75,18 +75,20 @@ def unservable_message(backend: str, model: str) -> str:
     return f"backend claude_code cannot serve model '{model}': {hint}"
 
 
-def scripted_nodes(wf: Workflow) -> list[str]:
+def scripted_nodes(wf: Workflow, backend: str | None = None) -> list[str]:
     """The agents and judges of ``wf`` that answer from a scenario (the scripted model).
 
     Those run on ``claw`` with ``model: "scripted"`` (or ``scripted/…``) or no
     model at all; a model decided at run time (a template) is not counted.
-    Without a scenario they fail when they run, so a launcher can say so first.
+    ``backend`` is the one a run was launched with for nodes that name none
+    (else the workflow's default). Without a scenario they fail when they
+    run, so a launcher can say so first.
     """
     found = []
     for node in wf.nodes.values():
         if node.kind not in ("agent", "judge"):
             continue
-        if (getattr(node, "backend", None) or wf.default_backend) != "claw":
+        if (getattr(node, "backend", None) or backend or wf.default_backend) != "claw":
             continue
         template = getattr(node, "model", None)
         text = "" if template is None else static_text(template)

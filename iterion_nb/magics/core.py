@@ -25,6 +25,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, Markdown
 
+from iterion_nb import safe_data
 from iterion_nb.errors import (
     RESUME_APPLIES_EXPIRY,
     AlreadyAnsweredError,
@@ -36,6 +37,7 @@ from iterion_nb.errors import (
 )
 from iterion_nb.ir import analyze, compile_stored
 from iterion_nb.ir import model as m
+from iterion_nb.ir.models import scripted_nodes
 from iterion_nb.magics.display import Table, diagnostics_table
 from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, inbox
 from iterion_nb.report.build import format_for
@@ -400,9 +402,9 @@ class IterionMagics(Magics):
         answer: Any = text
         if args.json_value:
             try:
-                answer = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise UsageError(f"%iterion answer --json: the answer is not JSON: {err}") from None
+                answer = safe_data.loads(text, "the answer")
+            except safe_data.DataError as err:
+                raise UsageError(f"%iterion answer --json: {err}") from None
         try:
             outcome = await session.run(args.run_id).answer(
                 args.interaction_id, answer, answered_by="magic"
@@ -572,16 +574,12 @@ def _require_store(key: Path | str) -> None:
 
 
 def _scripted(run: Run) -> bool:
-    """Whether a node of the run's workflow uses the scripted model (so needs a scenario)."""
+    """Whether an agent of the run's workflow uses the scripted model (so needs a scenario)."""
     try:
         wf = compile_stored(run.source, f"<run {run.id}>")
     except CompileError:
         return False
-    for node in wf.nodes.values():
-        model = getattr(node, "model", None)
-        if model is not None and model.render(lambda _path: "").startswith("scripted"):
-            return True
-    return False
+    return bool(scripted_nodes(wf, run.launch.get("backend")))
 
 
 def _not_expanded(prog: str, typed: str, expr: str) -> str:

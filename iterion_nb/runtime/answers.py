@@ -51,8 +51,8 @@ from iterion_nb.runtime.records import Interaction, Run, utcnow
 
 #: How long an answer waits for the owner of a parked run to pick it up.
 HANDOFF_SECONDS = 10.0
-#: Who answers is a label: no control character at all (C0, DEL, C1).
-_LABEL_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: Who answers is a label: no control character at all (C0, DEL, C1), and UTF-8 text.
+_LABEL_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 #: An answer's text may hold tabs and line breaks; the other C0 controls are not text.
 _TEXT_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -64,6 +64,8 @@ def _refuse(text: str, field: str, forbidden: re.Pattern[str], rule: str) -> Non
     char = found.group()
     if char == "\x00":
         what, rule = "U+0000 (NUL)", "no text can hold U+0000"
+    elif "\ud800" <= char <= "\udfff":  # a byte that was not UTF-8, where it came in
+        what, rule = f"a lone surrogate U+{ord(char):04X}", "it is not UTF-8 text"
     else:
         what = f"the control character U+{ord(char):04X}"
     raise BadTextError(field, f"holds {what} at position {found.start()}: {rule}")

@@ -69,9 +69,11 @@ def _coerce(name: str, raw: Any, spec: m.TypeSpec) -> Any:
                 raise VarsError(str(err)) from None
             shown = raw if len(raw) <= 80 else raw[:77] + "..."
             raise VarsError(f"variable '{name}' should be {spec}, got the text {shown!r}") from None
+    if isinstance(raw, tuple):  # a list given from Python as a tuple: recorded as a list
+        raw = list(raw)
     unfit = safe_data.problem(raw)
     if unfit is not None:
-        raise VarsError(f"variable '{name}' {unfit}")
+        raise VarsError(f"variable '{name}'{':' if unfit.startswith(chr(39)) else ''} {unfit}")
     if spec.name == "float" and not spec.is_list and isinstance(raw, int):
         raw = float(raw) if not isinstance(raw, bool) else raw
     if not fits(raw, spec):

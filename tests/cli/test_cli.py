@@ -320,7 +320,7 @@ def test_an_example_runs_offline_with_its_scenario_and_without_one_says_what_to_
 
 
 def test_resuming_a_scripted_run_without_a_scenario_says_to_give_one(tmp_path: Path) -> None:
-    """A run recorded without a scenario (from Python, say) is not resumed into the same failure."""
+    """A run that failed for want of a scenario is not resumed into the same failure."""
     import asyncio
 
     import iterion_nb as it
@@ -337,7 +337,11 @@ def test_resuming_a_scripted_run_without_a_scenario_says_to_give_one(tmp_path: P
     run_id = asyncio.run(failed())
     again = run("resume", run_id, "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert again.returncode == 2, again.stderr
-    assert again.stderr.startswith(f"iterion-nb: run {run_id}: node 'poet' uses the scripted")
+    assert again.stderr == (
+        f"iterion-nb: run {run_id} failed for want of a scenario (its agents answer from one,"
+        " and it recorded none): resume it with --scenario FILE (examples/*.scenario.yaml are"
+        " samples)\n"
+    )
     done = run("resume", run_id, "--store", str(tmp_path / "store"), "--scenario",
                str(EXAMPLES / "minimal.scenario.yaml"), cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -588,7 +588,8 @@ def test_an_answer_no_store_keeps_is_refused_and_the_question_stays_open(tmp_pat
     refused(cli(*answer, "9" * 5000, "--json-value", "--store", "s", cwd=tmp_path),
             "a number in --json-value: the answer is out of range (64 bits)")  # fmt: skip
     refused(cli(*answer, "yes", "--as", "a\udcffb", "--store", "s", cwd=tmp_path),
-            "argument --as: is not UTF-8 text: 'a\\xffb'")  # fmt: skip
+            "iterion-nb: answered_by holds a lone surrogate U+DCFF at position 1: it is not"
+            " UTF-8 text")  # fmt: skip
     # none of them was taken: the question is still open, and a good answer goes in
     done = cli(*answer, "yes", "--store", "s", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -86,7 +86,8 @@ def test_bad_answers_are_a_message_not_a_traceback(tmp_path: Path) -> None:
               cwd=tmp_path)  # fmt: skip
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert "bad.yaml: answer 1: 'question' must be a non-empty string" in bad.stderr
-    missing = cli("run", str(EXAMPLE), "--answers-from", "nope", cwd=tmp_path)
+    missing = cli("run", str(EXAMPLE), "--scenario", str(SCENARIO), "--answers-from", "nope",
+                  cwd=tmp_path)  # fmt: skip
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert "nope" in missing.stderr
     assert json.loads(cli("runs", "list", "--json", cwd=tmp_path).stdout)["runs"] == []

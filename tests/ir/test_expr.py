@@ -224,8 +224,8 @@ def test_a_long_dotted_reference_is_one_reference() -> None:
 
 def test_results_a_run_cannot_hold_are_expression_errors_built_or_not() -> None:
     """Numbers stay 64-bit and finite; text and lists are refused before they are built."""
-    big = "x" * (2**23)
-    scope = {"input": {"s": big, "xs": [0] * (2**23), "n": 2**62}}
+    big = "x" * (2**25)
+    scope = {"input": {"s": big, "xs": [0] * (2**25), "n": 2**62}}
 
     def fails(text: str, message: str) -> None:
         with pytest.raises(ExpressionError, match=message):
@@ -234,10 +234,10 @@ def test_results_a_run_cannot_hold_are_expression_errors_built_or_not() -> None:
     fails("input.n * 2", "'\\*' gives an integer beyond 64 bits")
     fails("-(input.n * -2)", "'-' gives an integer beyond 64 bits")
     fails(" * ".join(["1000000000000000000.5"] * 18), "'\\*' gives a number too large to hold")
-    fails("input.s + input.s + 'y'", "'\\+' gives more than 16,777,216 characters or items")
-    fails("input.xs + input.xs + [1]", "'\\+' gives more than 16,777,216")
-    fails("concat(input.s, input.s, 'z')", "'concat\\(\\)' gives more than 16,777,216")
-    fails("join([input.s, input.s, input.s], '')", "'join\\(\\)' gives more than 16,777,216")
+    fails("input.s + input.s + 'y'", "'\\+' gives more than 67,108,864 characters or items")
+    fails("input.xs + input.xs + [1]", "'\\+' gives more than 67,108,864")
+    fails("concat(input.s, input.s, 'z')", "'concat\\(\\)' gives more than 67,108,864")
+    fails("join([input.s, input.s, input.s], '')", "'join\\(\\)' gives more than 67,108,864")
     # up to the limits, the results are what they always were
     assert evaluate(parse_expression("input.s + input.s"), scope) == big * 2
     assert evaluate(parse_expression("input.n + (input.n - 1)"), scope) == 2**63 - 1

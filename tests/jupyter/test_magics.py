@@ -440,6 +440,10 @@ def test_a_form_is_answered_with_json_and_text_for_it_says_how(
     not_json = run(shell, "%iterion answer {r.id} {q.id} --json yes please")
     assert not not_json.success
     assert "%iterion answer --json: the answer is not JSON" in capsys.readouterr().err
+    twice = run(shell, f"""%iterion answer {ids} --json '{{"ship": true, "ship": false}}'""")
+    assert not twice.success  # which one would count is up to each parser: neither does
+    said_twice = 'the answer repeats the key "ship" in one object'
+    assert said_twice in capsys.readouterr().err
     said = ok(shell, f"""%iterion answer {ids} --json '{{"ship": true}}'""")
     assert said["resumed"] is True
     assert ok(shell, "%iterion wait {r.id}") == "finished"

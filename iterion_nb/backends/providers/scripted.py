@@ -43,6 +43,9 @@ from iterion_nb.backends.providers.base import (
 )
 from iterion_nb.safe_input import InputFileError, load_json, load_yaml, read_text, shown_path
 
+#: What a run that failed for want of a scenario says (a resume without one fails again).
+NO_SCENARIO = "uses the scripted model, and no scenario says what it answers"
+
 
 class ScenarioError(Exception):
     """The scenario has no answer for this node and turn, or is malformed."""
@@ -118,9 +121,8 @@ def _turns(scenario: Mapping[str, Any], node: str, visit: int) -> list[dict[str,
     script = nodes.get(node)
     if script is None and not nodes:  # no scenario was given at all
         raise ScenarioError(
-            f"node '{node}' uses the scripted model, and no scenario says what it answers:"
-            " give one (--scenario FILE, Session(scenario=...); examples/*.scenario.yaml"
-            " are samples) or name a real model backend"
+            f"node '{node}' {NO_SCENARIO}: give one (--scenario FILE, Session(scenario=...);"
+            " examples/*.scenario.yaml are samples) or name a real model backend"
         )
     if script is None:
         raise ScenarioError(f"the scenario has no turns for node '{node}'")
