@@ -189,7 +189,9 @@ async function sendAnswer(model, q, answer) {
   model.send({ type: "answer", run_id: q.run_id, interaction_id: q.id, answer, answered_by: who });
 }
 
-// Follows the widget's kernel connection; calls onLost(time last heard from) once it is gone.
+// Follows the widget's kernel connection; calls onLost(time last heard from) once it is gone:
+// the last check (each second) that found it there, or the last change it sent, whichever is
+// later (a run waiting quietly at a gate sends nothing, and its clock must not fall back).
 // JupyterLab's widget manager marks every model of a restarting kernel (restarted by a person,
 // or by the server after the kernel died) not live: "comm_live_update", called with the view
 // as `this`, whose model then says comm_live false. A notebook whose kernel was shut down or
@@ -205,7 +207,11 @@ function watchKernel(model, el, onLost) {
     return kernelOf() !== born || born.isDisposed || born.status === "dead";
   };
   const check = () => {
-    if (lost || !gone()) return;
+    if (lost) return;
+    if (!gone()) {
+      heard = new Date();
+      return;
+    }
     lost = true;
     onLost(heard);
   };

@@ -721,6 +721,10 @@ def test_widgets_whose_kernel_is_gone_say_so_and_switch_off(
         assert option.is_enabled()
     page.locator(".iterion-run .status[data-status=running]").wait_for(timeout=30_000)
     assert page.locator(".iterion .stale").count() == 0
+    clock = page.locator(".iterion-run .meter[data-meter=time]")
+    page.wait_for_timeout(5000)  # the run waits quietly at its gate: its clock ticks, no event
+    ticked = _shown_seconds(clock.inner_text())
+    assert ticked >= 4.5, ticked
     if how == "restart":  # as a person does: Kernel > Restart Kernel…, then confirm
         page.evaluate("() => { void window.jupyterapp.commands.execute('kernelmenu:restart'); }")
         page.locator(".jp-Dialog .jp-mod-accept").click()
@@ -735,11 +739,20 @@ def test_widgets_whose_kernel_is_gone_say_so_and_switch_off(
     status = page.locator(".iterion-run .status").inner_text()
     assert re.fullmatch(rf"running \(as of {CLOCK}\)", status), status
     assert "%iterion show" in page.locator(".iterion-run .stale").inner_text()
-    clock = page.locator(".iterion-run .meter[data-meter=time]")
     before = clock.inner_text()
+    # it stops where the kernel was last seen alive (checked each second); it once fell back
+    # to the time of the run's last event, 5 s and more before
+    assert _shown_seconds(before) >= ticked - 1.5, (before, ticked)
     page.wait_for_timeout(2500)
     assert clock.inner_text() == before  # the time no longer ticks: nothing says it still runs
     page.evaluate("window.jupyterapp.commands.execute('kernelmenu:shutdown')")
+
+
+def _shown_seconds(meter: str) -> float:
+    """The seconds a run widget's time meter shows ("time 3.07 s", "time 1 min 02 s")."""
+    found = re.fullmatch(r"time (?:(\d+) min )?([\d.]+) s", meter.strip())
+    assert found is not None, meter
+    return 60 * int(found.group(1) or 0) + float(found.group(2))
 
 
 @pytest.mark.timeout(300)
