@@ -31,6 +31,10 @@ from typing import Any
 
 #: How deeply lists and objects may nest in what a person types.
 MAX_DEPTH = 64
+#: How deeply they may nest in what a run records (reports and views walk it back).
+MAX_RECORDED_DEPTH = 200
+#: Levels a store call adds around the records it carries (args, a batch, a checkpoint).
+_WRAPPING = 16
 #: Integers a person types are signed 64-bit numbers, as in the language (``C301``).
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 #: The most characters one recorded value may take written out as JSON (64 Mi).
@@ -39,6 +43,12 @@ MAX_DATA_CHARS = 64 * 1024 * 1024
 _WRITABLE = 10**4300
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: What written-out JSON shows of what the walk refuses: a lone surrogate, an escaped
+#: U+0000 (in a key, refused; in a value, fine).
+_SUSPECT = re.compile("[\ud800-\udfff]|\\\\u0000")
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_SAME_BRACKETS = str.maketrans("{}", "[]")
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
@@ -57,33 +67,41 @@ class DataError(ValueError):
         self.syntax = syntax
 
 
-def loads(text: str, what: str) -> Any:
+def loads(text: str, what: str, *, typed: bool = True) -> Any:
     """Strict JSON: no NaN or infinities, 64-bit integers, no repeated keys, bounded.
 
     Args:
         text: The JSON text.
         what: How a message names it (``"request body"``, ``"--var n"``).
+        typed: What a person typed (the default): held to the language's values.
+            False for records a process sends another (a store call to its
+            holder): held only to what a run may record, as :func:`problem`
+            holds them, and not walked (they can be large).
 
     Raises:
         DataError: It is not JSON, or holds what no store keeps; the message says what.
     """
-    if len(text) > MAX_DATA_CHARS:
+    if typed and len(text) > MAX_DATA_CHARS:
         raise DataError("too_large", f"{what} is larger than {MAX_DATA_CHARS:,} characters")
-    strict = _Strict(what)
+    if not typed and _too_deep(text, MAX_RECORDED_DEPTH + _WRAPPING):
+        deepest = MAX_RECORDED_DEPTH + _WRAPPING
+        raise DataError("too_deep", f"{what} nests deeper than {deepest}")
+    strict = _Strict(what, typed)
     try:
         data = json.loads(
             text, parse_int=strict.number, parse_float=strict.decimal,
             parse_constant=strict.constant, object_pairs_hook=strict.mapping,
         )  # fmt: skip
     except RecursionError:
-        raise DataError("too_deep", f"{what} nests deeper than {MAX_DEPTH}") from None
+        deepest = MAX_DEPTH if typed else MAX_RECORDED_DEPTH + _WRAPPING
+        raise DataError("too_deep", f"{what} nests deeper than {deepest}") from None
     except json.JSONDecodeError as err:
         raise DataError(
             "bad_json",
             f"{what} is not JSON: {err.msg} (line {err.lineno}, column {err.colno})",
             syntax=True,
         ) from None
-    found = _walk(data, _unnamed, _TYPED)  # its keys are the sender's text: not echoed
+    found = _walk(data, _unnamed, _TYPED) if typed else None  # (keys not echoed: theirs)
     if found is not None:
         raise DataError("too_deep" if "deeper" in found else "bad_json", f"{what} {found}")
     return data
@@ -92,10 +110,15 @@ def loads(text: str, what: str) -> Any:
 class _Strict:
     """The hooks :func:`loads` gives ``json.loads``, refusing as they read."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, typed: bool) -> None:
         self.what = what
+        self.typed = typed
 
     def number(self, text: str) -> int:
+        if not self.typed:  # what Python writes out: fewer than 4,300 digits
+            if len(text.lstrip("-")) >= 4300:
+                raise DataError("bad_json", f"a number in {self.what} has 4,300 digits or more")
+            return int(text)
         if len(text.lstrip("-")) > 19 or not INT_MIN <= int(text) <= INT_MAX:
             raise DataError("bad_json", f"a number in {self.what} is out of range (64 bits)")
         return int(text)
@@ -125,6 +148,16 @@ class _Strict:
         return data
 
 
+def printable(text: str) -> str:
+    """``text`` as every store keeps it in a text column: U+0000 and lone surrogates escaped.
+
+    For messages built from what others said (a backend's exception, a key).
+    """
+    if "\x00" not in text and not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text.replace("\x00", "\\u0000"))
+
+
 def problem(value: Any, *, named: bool = True) -> str | None:
     """What keeps ``value`` from being recorded, or None: ``"'a[2]' is not a finite number"``.
 
@@ -136,14 +169,29 @@ def problem(value: Any, *, named: bool = True) -> str | None:
         text = _ENCODER.encode(value)
     except (ValueError, TypeError, RecursionError) as err:
         found = _walk(value, _path if named else _unnamed, _WRITTEN)
-        return found or f"cannot be written as JSON ({type(err).__name__}: {err})"
+        return found or f"cannot be written as JSON ({type(err).__name__})"
     if len(text) > MAX_DATA_CHARS:
         return f"is larger than {MAX_DATA_CHARS:,} characters as JSON"
-    if _SURROGATE.search(text):
-        return _walk(value, _path if named else _unnamed, _WRITTEN) or (
-            "holds a lone surrogate (not UTF-8)"
-        )
+    if _SUSPECT.search(text) or _too_deep(text):  # name it (or find it harmless)
+        return _walk(value, _path if named else _unnamed, _WRITTEN)
     return None
+
+
+def _too_deep(text: str, limit: int = MAX_RECORDED_DEPTH) -> bool:
+    """Whether written-out JSON nests deeper than ``limit`` (strings aside).
+
+    Its brackets alone, each pass dropping the innermost level: C-speed passes,
+    as many as the value is deep (two for a long list of records).
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text)).translate(_SAME_BRACKETS)
+    for _ in range(limit):
+        inner = brackets.replace("[]", "")
+        if not inner or len(inner) == len(brackets):
+            return False
+        brackets = inner
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +200,7 @@ class _Rules:
 
     depth: int | None
     number: Callable[[int], str | None]
-    any_key: bool  # keys that are not text are written as text (json's way)
+    any_key: bool  # keys that are not text are written as text (json's way); none with U+0000
 
 
 def _typed_number(item: int) -> str | None:
@@ -164,7 +212,7 @@ def _written_number(item: int) -> str | None:
 
 
 _TYPED = _Rules(MAX_DEPTH, _typed_number, any_key=False)
-_WRITTEN = _Rules(None, _written_number, any_key=True)
+_WRITTEN = _Rules(MAX_RECORDED_DEPTH, _written_number, any_key=True)
 
 _Trail = tuple[Any, str | int] | None
 
@@ -199,6 +247,8 @@ def _keys_problem(item: dict[Any, Any], rules: _Rules) -> str | None:
         if isinstance(key, str):
             if _SURROGATE.search(key):
                 return "has a key with a lone surrogate (not UTF-8)"
+            if rules.any_key and "\x00" in key:  # (typed text: its own checks say where)
+                return "has a key holding U+0000"
         elif not (rules.any_key and (key is None or isinstance(key, int | float))):
             return f"has a key that is not text ({type(key).__name__})"
         elif isinstance(key, float) and not math.isfinite(key):
@@ -227,7 +277,12 @@ def _path(trail: _Trail) -> str:
     parts: list[str] = []
     while trail is not None:
         trail, key = trail
-        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        elif key.isidentifier():
+            parts.append(f".{key}")
+        else:  # escaped: a key may hold anything (U+0000, a terminal's escapes, quotes)
+            parts.append(f"[{json.dumps(key)[:60]}]")
     if not parts:
         return ""
     shown = "".join(reversed(parts)).removeprefix(".")

@@ -31,6 +31,9 @@ def nested(levels: int) -> Any:
         (["x" * MAX_DATA_CHARS], f"is larger than {MAX_DATA_CHARS:,} characters as JSON"),
         ("x" * (MAX_DATA_CHARS - 1), f"is larger than {MAX_DATA_CHARS:,} characters as JSON"),
         (float("inf"), "is not a finite number (inf)"),
+        (nested(201), "nests deeper than 200"),
+        ({"a": [{"k\x00": 1}]}, "'a[0]' has a key holding U+0000"),
+        ({"k\x1b[2J": float("nan")}, "'[\"k\\u001b[2J\"]' is not a finite number (nan)"),
     ],
 )
 def test_what_no_store_keeps_is_named_where_it_is(value: Any, said: str) -> None:
@@ -43,7 +46,8 @@ def test_what_no_store_keeps_is_named_where_it_is(value: Any, said: str) -> None
     [None, True, 0, -(2**63), 2**63 - 1, 1.5, "", "tea \u00e9\U0001f375", [], {},
      {"a": [1, 2.5, None, False, "s", {"b": []}]}, nested(64), "x" * (MAX_DATA_CHARS - 2),
      # what json has always written, and a model, a tool or Python may give
-     {"big": 2**70, "neg": -(10**4299)}, nested(300), {1: "a", False: "b", None: "c", 2.5: "d"},
+     {"big": 2**70, "neg": -(10**4299)}, nested(200), {"v": "a\x00b"},
+     {1: "a", False: "b", None: "c", 2.5: "d"},
      (1, [2, (3,)])],
 )  # fmt: skip
 def test_what_every_store_keeps_passes(value: Any) -> None:

@@ -440,6 +440,22 @@ def check_fields(data: dict[str, Any], allowed: tuple[str, ...]) -> None:
     )  # fmt: skip
 
 
+def parse_records(raw: bytes) -> Any:
+    """A store call's body: strict JSON held to what a run may record (not to typed input).
+
+    Raises:
+        ApiError: 400 ``bad_json`` or ``too_deep`` saying what is wrong.
+    """
+    try:
+        return safe_data.loads(raw.decode("utf-8"), "request body", typed=False)
+    except UnicodeDecodeError as err:
+        raise ApiError(400, "bad_json", f"request body is not UTF-8 (byte {err.start})") from None
+    except safe_data.DataError as err:
+        raise ApiError(
+            400, "too_deep" if err.code == "too_deep" else "bad_json", str(err)
+        ) from None
+
+
 def parse_json(raw: bytes) -> Any:
     """Strict JSON: UTF-8, no lone surrogates, no NaN or infinities, bounded numbers and depth.
 

@@ -26,7 +26,14 @@ import tornado.iostream
 import tornado.web
 
 from iterion_nb.api.errlog import ERRORS
-from iterion_nb.api.handlers import ApiError, BaseHandler, oversize
+from iterion_nb.api.handlers import (
+    ApiError,
+    BaseHandler,
+    check_fields,
+    check_json_type,
+    oversize,
+    parse_records,
+)
 from iterion_nb.api.rpc_check import checked_call
 from iterion_nb.errors import IterionError
 from iterion_nb.runtime.ports import Store
@@ -42,12 +49,22 @@ METHODS = (
     "drain_messages", "flush", "acquire_run", "renew_leases", "settle_run", "release_runs",
     "cancel_run", "write_batch", "export_run", "import_run", "expire_due", "retract", "amend",
 )  # fmt: skip
+#: The largest store call read: a checkpoint holds every output of a run (each at most
+#: 64 Mi characters), and a batch many checkpoints.
+MAX_RPC_BODY = 1024 * 1024 * 1024
 #: Seconds between keep-alive lines on the rings stream.
 KEEPALIVE = 5.0
 
 
+@tornado.web.stream_request_body
 class StoreRpcHandler(BaseHandler):
-    """One Store call: the body is ``{"args": [...], "kwargs": {...}}``."""
+    """One Store call: the body is ``{"args": [...], "kwargs": {...}}``.
+
+    A call carries records (a checkpoint holds every output of its run), so
+    its body may be up to :data:`MAX_RPC_BODY`, read as it comes once the
+    token is checked, and is held to what a run may record, not to what a
+    person may type (:func:`~iterion_nb.api.handlers.parse_records`).
+    """
 
     store: Store
 
@@ -55,12 +72,31 @@ class StoreRpcHandler(BaseHandler):
         super().initialize(service, token)
         assert store is not None
         self.store = store
+        self._body = bytearray()
+
+    def prepare(self) -> None:
+        super().prepare()
+        if not self._finished:
+            self.request.connection.set_max_body_size(MAX_RPC_BODY)  # type: ignore[union-attr]
+
+    def data_received(self, chunk: bytes) -> None:
+        self._body += chunk
+
+    def _call_body(self) -> dict[str, Any]:
+        raw = bytes(self._body)
+        if raw:
+            check_json_type(self.request.headers.get("Content-Type"), self.lenient_body_types)
+        data = parse_records(raw or b"{}")
+        if not isinstance(data, dict):
+            raise ApiError(400, "bad_request", "request body must be a JSON object")
+        check_fields(data, ("args", "kwargs"))
+        return data
 
     async def post(self, method: str) -> None:
         async def act() -> None:
             if method not in METHODS:
                 raise ApiError(404, "not_found", f"no store method '{method[:80]}'")
-            data = self.body(("args", "kwargs"))
+            data = self._call_body()
             args, kwargs = data.get("args", []), data.get("kwargs", {})
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise ApiError(400, "bad_request", "args must be a list and kwargs an object")

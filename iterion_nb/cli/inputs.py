@@ -19,7 +19,7 @@ from typing import Any
 from iterion_nb.errors import CompileError, IterionError, StoreError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
-from iterion_nb.ir.models import scripted_nodes
+from iterion_nb.ir.models import scripted_nodes, sure_nodes
 from iterion_nb.safe_input import InputFileError, open_regular, read_bytes
 from iterion_nb.session.launch import read_answers, scenario_data
 from iterion_nb.store.location import STORE_ENV, check_store_spec
@@ -81,9 +81,11 @@ def refuse_unscripted(wf: m.Workflow, where: str) -> None:
     """Refuse, before a run is recorded, a workflow whose agents answer from a missing scenario.
 
     Such a run would fail at its first agent, and resuming it without a
-    scenario would fail the same way again.
+    scenario would fail the same way again. Only agents every run reaches
+    count: one on a branch a variable may turn away from is left to run.
     """
-    scripted = scripted_nodes(wf)
+    sure = sure_nodes(wf)
+    scripted = [name for name in scripted_nodes(wf) if name in sure]
     if scripted:
         nodes = ", ".join(f"'{name}'" for name in scripted[:3])
         more = f" (and {len(scripted) - 3} more)" if len(scripted) > 3 else ""

@@ -28,7 +28,7 @@ from iterion_nb.dsl.limits import shorten
 from iterion_nb.ir.templates import Template, TextPart
 
 if TYPE_CHECKING:
-    from iterion_nb.ir.model import Workflow
+    from iterion_nb.ir.model import Edge, Workflow
 
 _CLAW_FAMILIES = ("anthropic/", "openai/")
 _CLAUDE_ALIAS = re.compile(r"(default|sonnet|opus|haiku|opusplan)(\[1m\])?\Z")
@@ -73,6 +73,28 @@ def unservable_message(backend: str, model: str) -> str:
     elif serves("claw", model):
         hint += "; this model is for backend claw"
     return f"backend claude_code cannot serve model '{model}': {hint}"
+
+
+def sure_nodes(wf: Workflow) -> set[str]:
+    """The nodes every run of ``wf`` reaches: from the entry, along edges that are always taken.
+
+    An edge is always taken when it has no condition (nor ``else``) and its
+    source has no other way out, or fans out to all of them.
+    """
+    out: dict[str, list[Edge]] = {}
+    for edge in wf.edges:
+        out.setdefault(edge.src, []).append(edge)
+    sure, todo = {wf.entry}, [wf.entry]
+    while todo:
+        edges = out.get(todo.pop(), [])
+        src = wf.nodes.get(edges[0].src) if edges else None
+        fans = getattr(src, "mode", None) == "fan_out_all"
+        for edge in edges:
+            always = edge.condition is None and not edge.otherwise and not edge.loop
+            if always and (fans or len(edges) == 1) and edge.dst not in sure:
+                sure.add(edge.dst)
+                todo.append(edge.dst)
+    return sure
 
 
 def scripted_nodes(wf: Workflow, backend: str | None = None) -> list[str]:

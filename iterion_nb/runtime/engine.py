@@ -416,6 +416,7 @@ class Engine:
             raise _Stop from None
         except Exception as err:  # the node's own record of its failure, then the usual path
             message = str(err) if isinstance(err, NodeError) else f"node '{node.name}': {err}"
+            message = safe_data.printable(message)
             await emit("node_failed", {"kind": node.kind, "error": message})
             raise
         state = self.state
@@ -462,6 +463,7 @@ class Engine:
 
     async def _branch_failed(self, f: Frontier, err: Exception) -> None:
         message = str(err) if isinstance(err, NodeError) else f"node '{f.node}': {err}"
+        message = safe_data.printable(message)  # a backend's text may hold U+0000
         group = self.state.groups.get(f.groups[-1]) if f.groups else None
         if group is not None and group.mode == "best_effort":
             self.state.frontier.pop(f.branch, None)

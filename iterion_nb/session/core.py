@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from iterion_nb import safe_data
 from iterion_nb.api.holder import Holder
 from iterion_nb.errors import IterionError, ResumeError, RunOwnedError
 from iterion_nb.ir import compile_stored
@@ -462,7 +463,7 @@ class Session:
             status = await engine.run(resumed=resumed)
         except Exception as err:  # a bug or a store failure: record it, never lose it
             self.failures[run_id] = "".join(traceback.format_exception(err))
-            message = f"internal error: {type(err).__name__}: {err}"
+            message = safe_data.printable(f"internal error: {type(err).__name__}: {err}")
             await self._record_failure(engine, message)
         finally:
             self._final_outputs[run_id] = dict(engine.state.outputs)
@@ -492,7 +493,10 @@ class Session:
             return
         with contextlib.suppress(Exception):
             kept = (await self.store.get_run(run_id)).checkpoint
-            assert kept is not None  # a run is created with its first checkpoint
+            if kept is None:  # none stored yet (the first is batched): a resume starts over
+                fresh = RunState(vars=engine.state.vars, attachments=engine.state.attachments)
+                fresh.frontier["b0"] = Frontier("b0", engine.wf.entry, {})
+                kept = fresh.checkpoint()
             await self.store.settle_run(
                 run_id, self.claimant.id, status="failed_resumable", error=message,
                 checkpoint=kept, event=event,

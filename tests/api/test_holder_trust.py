@@ -425,3 +425,59 @@ def test_a_link_to_nothing_at_the_store_path_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreFileError, match="link to nothing"):
         open_duckdb_store(tmp_path / "s.duckdb")
     assert not target.exists()
+
+
+# -- what a run records goes through a holder as it goes into a file -------------------------
+BIG_OUTPUTS = """\
+agent writer:
+  model: "scripted"
+
+workflow w:
+  entry: writer
+  writer -> done
+"""
+
+
+def _deep(levels: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(levels - 1):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"text": "x" * 300_000},  # a long answer: the checkpoint holds it, over 256 KiB
+        {"id": 2**64, "n": -(10**30)},  # ids a model or a tool may give
+        {"tree": _deep(100)},  # deeper than typed input may nest (64)
+        {"counts": {"1": 2}, "text": "a\x00b"},  # U+0000 in a value (escaped in JSON)
+    ],
+    ids=["300 KB", "big integers", "100 deep", "U+0000 in a value"],
+)
+async def test_a_run_through_a_holder_records_what_it_would_into_the_file(
+    tmp_path: Path, output: dict[str, Any]
+) -> None:
+    """Once refused by the holder's reader (256 KiB, 64 bits, 64 levels): the run wedged."""
+    import iterion_nb as it
+    from iterion_nb.backends import FunctionBackend
+    from iterion_nb.session import Session
+
+    db = tmp_path / "s.duckdb"
+    proc = start_holder(db)
+    store = open_store(db)
+    try:
+        assert type(store).__name__ == "RemoteStore"
+        session = Session(store, backend=FunctionBackend({"writer": lambda r: output}),
+                          workdir=tmp_path)  # fmt: skip
+        try:
+            run = await session.start(it.compile(BIG_OUTPUTS))
+            assert await run.wait(timeout=60) == "finished", (await run.refresh()).error
+        finally:
+            await session.close()
+        record = await store.get_run(run.id)
+        assert record.status == "finished"
+        assert record.checkpoint is not None and record.checkpoint["outputs"]["writer"] == output
+    finally:
+        await store.close()
+        stop(proc)

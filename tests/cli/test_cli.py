@@ -565,3 +565,19 @@ def test_a_holder_busy_with_a_long_cell_is_waited_for_and_said(tmp_path: Path) -
         " request up for 3 s (a notebook cell still running?); waiting for it (up to 120 s,"
         " Ctrl-C to stop)\n"
     )
+
+
+def test_an_agent_a_variable_may_turn_away_from_needs_no_scenario(tmp_path: Path) -> None:
+    """Only agents every run reaches make `run` ask for a scenario up front."""
+    (tmp_path / "w.iter").write_text(
+        "vars:\n  dry: bool = false\n\n"
+        'compute check:\n  expr:\n    ok: "true"\n\n'
+        'agent fake:\n  model: "scripted"\n\n'
+        "workflow w:\n  entry: check\n"
+        '  check -> fake when "vars.dry"\n  check -> done else\n  fake -> done\n'
+    )
+    done = run("run", "w.iter", "--var", "dry=false", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "finished"
+    wet = run("run", "w.iter", "--var", "dry=true", cwd=tmp_path)  # it fails where it runs
+    assert wet.returncode == 1 and "node 'fake' uses the scripted model" in wet.stdout
