@@ -28,7 +28,6 @@ from iterion_nb import safe_data
 from iterion_nb.api.errlog import ERRORS
 from iterion_nb.api.service import (
     ID,
-    MAX_LIST_LIMIT,
     RunService,
     event_json,
     interaction_json,
@@ -49,6 +48,7 @@ from iterion_nb.errors import (
     StoreError,
     StoreLockedError,
 )
+from iterion_nb.view.text import MAX_LIST_LIMIT
 
 #: Request bodies larger than this are refused (answers are at most 64 KB).
 MAX_BODY = 256 * 1024

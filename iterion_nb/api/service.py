@@ -12,9 +12,6 @@ from typing import Any, Protocol
 
 from iterion_nb.runtime.records import Event, Interaction, Run
 from iterion_nb.runtime.wire import event_json, interaction_json, run_json
-from iterion_nb.view.text import MAX_LIST_LIMIT
-
-__all__ = ["MAX_LIST_LIMIT", "event_json", "interaction_json", "run_json"]
 
 #: Ids in URLs: what our ids look like, and nothing that could be a path trick.
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}\Z")

@@ -31,7 +31,7 @@ from typing import Any, TextIO, TypeVar
 from iterion_nb import safe_data
 from iterion_nb.api.client import HolderCallError, HolderClient
 from iterion_nb.api.holder import open_served_store
-from iterion_nb.api.service import MAX_LIST_LIMIT, event_json, interaction_json, run_json
+from iterion_nb.api.service import event_json, interaction_json, run_json
 from iterion_nb.backends.providers.scripted import NO_SCENARIO
 from iterion_nb.cli.follow import add_follow, asked_line, follow_run
 from iterion_nb.cli.inputs import (
@@ -66,7 +66,7 @@ from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.location import mask_url, missing_store, store_url
 from iterion_nb.store.remote import open_store
-from iterion_nb.view.text import already_answered, clip
+from iterion_nb.view.text import MAX_LIST_LIMIT, already_answered, clip
 
 T = TypeVar("T")
 

@@ -68,6 +68,16 @@ def ok(ip: InteractiveShell, code: str) -> Any:
     return result.result
 
 
+def asking(shell: InteractiveShell) -> Any:
+    """A run of WORKFLOW started by the magic, as ``r``, its first question asked, as ``q``."""
+    handle = ok(
+        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["r"] = handle
+    ok(shell, "q = await r.next_question(timeout=10)")
+    return handle
+
+
 def test_a_cell_compiles_and_binds_the_workflow(shell: InteractiveShell) -> None:
     assert ok(shell, "%%iterion\n" + WORKFLOW) is None
     assert isinstance(shell.user_ns["notes"], m.Workflow)  # bound to the workflow's name
@@ -246,11 +256,7 @@ def test_run_answer_wait_through_the_magics(
 def test_a_second_answer_says_who_answered_and_what_as_the_cli_does(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    handle = ok(
-        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
-    )
-    shell.user_ns["r"] = handle
-    ok(shell, "q = await r.next_question(timeout=10)")
+    handle = asking(shell)
     ok(shell, "await r.answer(q.id, 'formal', answered_by='ada')")
     capsys.readouterr()
     result = run(shell, "%iterion answer {r.id} {q.id} casual")
@@ -286,11 +292,7 @@ def test_wait_awaits_without_blocking_the_loop(shell: InteractiveShell) -> None:
 def test_cancel_resume_and_timeout(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    handle = ok(
-        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
-    )
-    shell.user_ns["r"] = handle
-    ok(shell, "q = await r.next_question(timeout=10)")
+    handle = asking(shell)
     result = run(shell, "%iterion wait {r.id} --timeout 0.2")
     assert not result.success
     assert "still running after 0.2 s" in capsys.readouterr().err
@@ -335,11 +337,7 @@ def test_unload_and_reload(shell: InteractiveShell, capsys: pytest.CaptureFixtur
 
 
 def test_inbox_magic_lists_pending_questions(shell: InteractiveShell) -> None:
-    handle = ok(
-        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
-    )
-    shell.user_ns["r"] = handle
-    ok(shell, "q = await r.next_question(timeout=10)")
+    handle = asking(shell)
     inbox = ok(shell, "%iterion inbox {r.id}")
     assert [q["questions"] for q in inbox.pending] == [["Tone?"]]
     everything = ok(shell, "%iterion inbox")
@@ -353,11 +351,7 @@ def test_inbox_magic_lists_pending_questions(shell: InteractiveShell) -> None:
 def test_report_magic(
     shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    handle = ok(
-        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
-    )
-    shell.user_ns["r"] = handle
-    ok(shell, "q = await r.next_question(timeout=10)")
+    handle = asking(shell)
     live = ok(shell, "%iterion report {r.id}")
     assert "Live run" in live.data  # still running: its state so far, marked
     ok(shell, "await r.answer(q.id, 'formal')")
@@ -386,11 +380,7 @@ def test_report_magic(
 
 def test_answer_if_pending_leaves_an_answered_question_alone(shell: InteractiveShell) -> None:
     """Code that answers answers only what is still pending, and says so (a click came first)."""
-    handle = ok(
-        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
-    )
-    shell.user_ns["r"] = handle
-    ok(shell, "q = await r.next_question(timeout=10)")
+    handle = asking(shell)
     ok(shell, "await r.answer(q.id, 'formal', answered_by='ada')")  # the person clicked
     said = ok(shell, "%iterion answer {r.id} {q.id} casual --if-pending")
     assert repr(said) == "Already answered by ada: 'Formal' — nothing sent"
@@ -400,11 +390,7 @@ def test_answer_if_pending_leaves_an_answered_question_alone(shell: InteractiveS
 
 
 def test_an_answer_from_the_magic_says_magic(shell: InteractiveShell) -> None:
-    handle = ok(
-        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
-    )
-    shell.user_ns["r"] = handle
-    ok(shell, "q = await r.next_question(timeout=10)")
+    asking(shell)
     ok(shell, "%iterion answer {r.id} {q.id} formal --if-pending")
     asked = ok(shell, "await r.session.store.get_interaction(q.id)")
     assert asked.answered_by == "magic"
@@ -453,11 +439,7 @@ def test_a_form_is_answered_with_json_and_text_for_it_says_how(
 def test_resume_reuses_the_recorded_scenario_and_says_so(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    handle = ok(
-        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
-    )
-    shell.user_ns["r"] = handle
-    ok(shell, "q = await r.next_question(timeout=10)")
+    handle = asking(shell)
     assert ok(shell, "%iterion cancel {r.id}") == "cancelled"
     capsys.readouterr()
     resumed = ok(shell, "%iterion resume {r.id}")  # no --scenario: the recorded one
@@ -822,11 +804,7 @@ def test_an_interrupted_wait_is_one_line_and_the_run_goes_on(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An interrupt cancels the cell's task (as ipykernel does): the wait stops, not the run."""
-    handle = ok(
-        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
-    )
-    shell.user_ns["r"] = handle
-    ok(shell, "q = await r.next_question(timeout=10)")
+    handle = asking(shell)
     capsys.readouterr()
     interrupt = (
         "import asyncio\n"
@@ -852,11 +830,7 @@ def test_questions_wait_on_a_settled_run_says_so_at_once(
 ) -> None:
     import time
 
-    handle = ok(
-        shell, "%%iterion --run --var topic=t --scenario scenario --store $store\n" + WORKFLOW
-    )
-    shell.user_ns["r"] = handle
-    ok(shell, "q = await r.next_question(timeout=10)")
+    handle = asking(shell)
     assert ok(shell, "%iterion cancel {r.id}") == "cancelled"
     capsys.readouterr()
     began = time.monotonic()
