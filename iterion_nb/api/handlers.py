@@ -86,6 +86,11 @@ class BaseHandler(tornado.web.RequestHandler):
     api_token: str | None
     #: Media types taken as JSON besides the JSON ones (none here; see the Jupyter mount).
     lenient_body_types: frozenset[str] = frozenset()
+    #: The query arguments this route reads; any other is refused (a typo must not pass
+    #: for a default), and so is one given twice.
+    query_args: tuple[str, ...] = ()
+    #: Query arguments any route takes without reading them (Jupyter's ``token`` on its mount).
+    ambient_query: frozenset[str] = frozenset()
 
     def initialize(self, service: RunService, token: str | None) -> None:
         self.service = service
@@ -177,6 +182,31 @@ class BaseHandler(tornado.web.RequestHandler):
         check_fields(data, allowed)
         return data
 
+    def check_query(self) -> None:
+        """Refuse a query argument the route does not read, or one given more than once.
+
+        Raises:
+            ApiError: 400 ``unknown_parameter`` naming it and the route's arguments,
+                or 400 ``bad_request`` for an argument given twice.
+        """
+        for name, values in self.request.query_arguments.items():
+            if name in self.ambient_query:
+                continue
+            shown = json.dumps(name, ensure_ascii=False)[:80]
+            if name not in self.query_args:
+                takes = ", ".join(f"'{arg}'" for arg in self.query_args) or "no query argument"
+                raise ApiError(
+                    400, "unknown_parameter",
+                    f"unknown query argument {shown} (this route takes {takes})"
+                    f"{did_you_mean(name, self.query_args)}",
+                    parameter=name[:200], allowed=list(self.query_args),
+                )  # fmt: skip
+            if len(values) > 1:
+                raise ApiError(
+                    400, "bad_request", f"query argument {shown} is given {len(values)} times",
+                    parameter=name[:200],
+                )  # fmt: skip
+
     def whole_number(self, name: str, default: int, low: int = 0, high: int = INT_BOUND - 1) -> int:
         """A query argument that must be a whole number in [``low``, ``high``]."""
         text = self.get_query_argument(name, None)
@@ -194,6 +224,7 @@ class BaseHandler(tornado.web.RequestHandler):
     async def guarded(self, action: Callable[[], Awaitable[None]], *ids: str) -> None:
         """Run ``action``, translating our errors into JSON responses."""
         try:
+            self.check_query()
             for ident in ids:
                 if not ID.match(ident):
                     raise ApiError(400, "bad_id", f"'{ident[:80]}' is not a valid id")
@@ -243,7 +274,9 @@ def api_error(err: IterionError) -> ApiError:
 
 
 class RunsHandler(BaseHandler):
-    """``GET /api/runs``."""
+    """``GET /api/runs?status=S&limit=N``."""
+
+    query_args = ("status", "limit")
 
     async def get(self) -> None:
         async def act() -> None:
@@ -267,6 +300,8 @@ class RunHandler(BaseHandler):
 
 class EventsHandler(BaseHandler):
     """``GET /api/runs/{id}/events?after=N``."""
+
+    query_args = ("after",)
 
     async def get(self, run_id: str) -> None:
         async def act() -> None:

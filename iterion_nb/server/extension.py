@@ -43,6 +43,8 @@ class JupyterAuth(APIHandler):
     #: (the sidebar's requests) keeps that label; tornado's and urllib's clients label a
     #: POST form-encoded unless told. Cross-site requests are Jupyter's XSRF check's business.
     lenient_body_types = frozenset({"text/plain", "application/x-www-form-urlencoded"})
+    #: Jupyter reads these itself: a token in the URL, the XSRF token of a form.
+    ambient_query = frozenset({"token", "_xsrf"})
 
     async def prepare(self) -> None:  # type: ignore[override]
         """Jupyter's checks (host, identity, XSRF for posts), then: no identity, no access.

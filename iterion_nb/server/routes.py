@@ -95,6 +95,7 @@ class InboxEventsHandler(ServerRoute):
     async def get(self) -> None:  # noqa: D102
         service = self.service
         try:
+            self.check_query()
             store = await service.opened()  # type: ignore[attr-defined]
         except IterionError as err:
             self._fail(api_error(err))
@@ -219,7 +220,12 @@ class ValidateHandler(ServerRoute):
 
 
 class ReportHandler(ServerRoute):
-    """``GET /iterion/api/runs/{id}/report?format=html|md``: a run's report (a live one: so far)."""
+    """``GET /iterion/api/runs/{id}/report?format=html|md``: a run's report (a live one: so far).
+
+    ``t`` is taken and not read: the sidebar changes it to make its frame load the report again.
+    """
+
+    query_args = ("format", "t")
 
     @property
     def content_security_policy(self) -> str:  # noqa: D102

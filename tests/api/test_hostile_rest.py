@@ -359,6 +359,29 @@ def test_a_limit_outside_what_the_list_returns_is_refused(
     assert status == 200 and isinstance(listed["runs"], list)
 
 
+@pytest.mark.parametrize(("query", "code", "says"), [
+    ("limt=1", "unknown_parameter",
+     "unknown query argument \"limt\" (this route takes 'status', 'limit'); did you mean 'limit'?"),
+    ("limit=1&limit=5000", "bad_request", "query argument \"limit\" is given 2 times"),
+    ("status=running&status=failed", "bad_request", "query argument \"status\" is given 2 times"),
+    ("token=abc", "unknown_parameter", "unknown query argument \"token\""),
+])  # fmt: skip
+def test_a_query_argument_the_route_does_not_read_or_gives_twice_is_refused(
+    served: tuple[Raw, Path], query: str, code: str, says: str
+) -> None:
+    """Once `?limt=1` listed 100 runs and `?limit=1&limit=5000` the last one given, silently."""
+    raw, folder = served
+    got, data = raw.send("GET", f"/api/runs?{query}")
+    answer = check(got, data, folder)
+    assert (got, answer["code"]) == (400, code), answer
+    assert answer["message"].startswith(says), answer
+    got, data = raw.send("GET", "/api/runs/r1/events?after=0&afterr=3")
+    answer = check(got, data, folder)
+    assert (got, answer["code"], answer["allowed"]) == (400, "unknown_parameter", ["after"])
+    got, data = raw.send("GET", "/api/runs/r1/interactions/pending?x=1")
+    assert "this route takes no query argument" in check(got, data, folder)["message"]
+
+
 def test_unknown_routes_are_json_404_after_the_token_check(served: tuple[Raw, Path]) -> None:
     raw, _ = served
     status, data = raw.send("GET", "/no/such/route", auth=False)
@@ -792,6 +815,25 @@ def test_jupyter_validate_takes_only_its_fields(jupyter: tuple[Raw, dict[str, st
     body = json.dumps({"source": "workflow w:\n", "nmae": "x.iter"}).encode()
     status, got = _jupyter_send(jupyter, "POST", "/api/validate", body)
     assert (status, got["code"], got["allowed"]) == (400, "unknown_field", ["source", "name"])
+
+
+def test_jupyter_takes_its_token_in_the_query_and_refuses_other_unknown_arguments(
+    jupyter: tuple[Raw, dict[str, str]],
+) -> None:
+    raw, auth = jupyter
+    token = auth["Authorization"].split()[1]
+    status, data = raw.send("GET", f"/iterion/api/runs?limit=2&token={token}", auth=False)
+    assert status == 200 and len(json.loads(data)["runs"]) == 1
+    status, got = _jupyter_send(jupyter, "GET", "/api/runs?limits=2")
+    assert (status, got["code"]) == (400, "unknown_parameter"), got
+    status, got = _jupyter_send(jupyter, "GET", "/api/runs/r1/report?format=md&format=html")
+    assert (status, got["code"]) == (400, "bad_request"), got
+    # the sidebar reloads a report with a changing ?t=
+    status, _ = raw.send("GET", "/iterion/api/runs/r1/report?format=md&t=17", headers=auth,
+                         auth=False)  # fmt: skip
+    assert status == 200
+    status, got = _jupyter_send(jupyter, "GET", "/api/inbox/events?since=3")
+    assert (status, got["code"]) == (400, "unknown_parameter"), got
 
 
 def test_jupyter_answers_a_long_url_414_and_drops_a_head_over_its_64_kb(
