@@ -710,18 +710,54 @@ async def _through_holder_or_file(args: argparse.Namespace, action: str) -> tupl
         client.close()
 
 
+#: How long ``run`` holds a question its pinned answers cover before it prints it as asked
+#: (a pin answers it as soon as it is recorded; one that no longer fits leaves it asked).
+REPLAY_GRACE = 2.0
+
+
 async def _show_questions(handle: RunHandle, out: TextIO) -> None:
-    """While ``run`` or ``resume`` waits: each question the run asks, with its id, as asked."""
-    bell = handle.session.store.doorbell  # type: ignore[attr-defined]
+    """While ``run`` or ``resume`` waits: each question the run asks, with its id, as asked.
+
+    A question answered from the run's pinned answers is shown as replayed, with its answer.
+    """
+    store = handle.session.store
+    bell = store.doorbell  # type: ignore[attr-defined]
+    pins = (await store.get_run(handle.id)).launch.get("answers") or []
     seen: set[str] = set()
+    held: dict[str, float] = {}  # covered by a pin, not answered yet: since when
+    loop = asyncio.get_running_loop()
     while True:
         with bell.arm(handle.id) as ticket:
-            for question in await handle.pending_questions():
-                if question.id not in seen:
+            asked = [q for q in await store.interactions(handle.id) if q.kind != "await"]
+            for question in asked:
+                if question.id in seen:
+                    continue
+                line = _question_line(question, pins, asked, held, loop.time())
+                if line is not None:
                     seen.add(question.id)
-                    out.write(asked_line(question) + "\n")
+                if line:
+                    out.write(line + "\n")
                     out.flush()
-            await ticket.wait(timeout=1.0)
+            await ticket.wait(timeout=0.25 if held else 1.0)
+
+
+def _question_line(
+    question: Any, pins: list[Any], asked: list[Any], held: dict[str, float], now: float
+) -> str | None:
+    """What ``run`` prints of a question it has not shown ("": nothing), or None: look later."""
+    if question.answered_by == replay.REPLAY:
+        held.pop(question.id, None)
+        shown = clip(json.dumps(question.answers, ensure_ascii=False), 200)
+        return f"{asked_line(question).replace('asked:', 'replayed:', 1)} -> {plain(shown)}"
+    if not question.pending:
+        held.pop(question.id, None)
+        return ""  # answered (or closed) before it was seen: nothing to ask
+    if pins and replay.pin_for(pins, asked, question)[0]:
+        since = held.setdefault(question.id, now)
+        if now - since < REPLAY_GRACE:
+            return None
+    held.pop(question.id, None)
+    return asked_line(question)
 
 
 def _interrupted(run_id: str, store: str | None, cluster: bool, begun: bool = True) -> str:

@@ -117,6 +117,20 @@ def export(questions: Iterable[Interaction]) -> list[dict[str, Any]]:
     return pins
 
 
+def pin_for(
+    pins: Sequence[Mapping[str, Any]], asked: Iterable[Interaction], question: Interaction
+) -> tuple[bool, Any]:
+    """The pin that answers ``question`` among the run's questions ``asked`` (found, answer).
+
+    The k-th ask of a key (in the order asked) takes the k-th pin of that key.
+    """
+    key = key_of(question)
+    same = [q for q in asked if q.kind != "await" and key_of(q) == key]
+    ids = [q.id for q in sorted(same, key=lambda q: q.requested_at)]
+    index = ids.index(question.id) if question.id in ids else len(ids)
+    return pinned_for(pins, key, index)
+
+
 def pinned_for(pins: Sequence[Mapping[str, Any]], key: Key, index: int) -> tuple[bool, Any]:
     """The ``index``-th pinned answer of ``key`` (found, answer)."""
     matching = [p["answer"] for p in pins if _pin_key(p) == key]
@@ -137,11 +151,7 @@ async def answer_pinned(store: Store, question: Interaction) -> Interaction | No
     pins = run.launch.get("answers")
     if not pins:
         return None
-    key = key_of(question)
-    asked = [q for q in await store.interactions(question.run_id) if q.kind != "await"]
-    same = [q.id for q in sorted(asked, key=lambda q: q.requested_at) if key_of(q) == key]
-    index = same.index(question.id) if question.id in same else len(same)
-    found, answer = pinned_for(pins, key, index)
+    found, answer = pin_for(pins, await store.interactions(question.run_id), question)
     if not found:
         return None
     try:

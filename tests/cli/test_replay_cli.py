@@ -93,3 +93,41 @@ def test_bad_answers_are_a_message_not_a_traceback(tmp_path: Path) -> None:
     assert json.loads(cli("runs", "list", "--json", cwd=tmp_path).stdout)["runs"] == []
     gone = cli("runs", "answers", "nope", cwd=tmp_path)
     assert gone.returncode != 0 and "nope" in gone.stderr and "Traceback" not in gone.stderr
+
+
+def test_run_shows_a_replayed_question_with_its_answer_and_asks_the_others(
+    tmp_path: Path,
+) -> None:
+    """Once a replayed question read `asked:` as if somebody had to answer it."""
+    pinned = {"node": "gatherer", "question": "Should the notes be formal or casual?",
+              "options": ["formal", "casual"], "answer": "casual"}  # fmt: skip
+    # a pin whose options no longer fit: its question is asked after all
+    stale = {"node": "gatherer", "question": "Which feature should come first?",
+             "options": ["a", "b"], "answer": "a"}  # fmt: skip
+    (tmp_path / "answers.yaml").write_text(yaml.safe_dump({"answers": [pinned, stale]}))
+    proc = subprocess.Popen(
+        [str(CLI), "run", str(EXAMPLE), "--scenario", str(SCENARIO), "--answers", "answers.yaml"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        run_id = proc.stdout.readline().split()[1]
+        lines = [proc.stdout.readline().rstrip("\n") for _ in range(2)]
+        replayed = [line for line in lines if "replayed:" in line]
+        asked = [line for line in lines if "asked:" in line]
+        assert replayed == [
+            f"  replayed: {run_id}-toolu_gatherer_0_0_0 [async] Should the notes"
+            ' be formal or casual? (options: formal|casual) -> "casual"'
+        ], lines
+        assert len(asked) == 1 and "Which feature should come first?" in asked[0], lines
+        question = asked[0].split()[1]
+        assert cli("runs", "answer", run_id, question, "the inbox", cwd=tmp_path).returncode == 0
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert f"run {run_id} (release_notes): finished" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    shown = json.loads(cli("runs", "show", run_id, "--json", cwd=tmp_path).stdout)
+    assert [q["answered_by"] for q in shown["interactions"]] == ["replay", "cli"]
