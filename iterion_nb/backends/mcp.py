@@ -162,16 +162,35 @@ def expanded(server: m.McpServer) -> m.McpServer:
     )
 
 
-def cli_allowed(servers: tuple[m.McpServer, ...], named: tuple[str, ...]) -> list[str]:
-    """Claude Code's ``allowed_tools`` for the servers: all of a server's, or those named."""
+def cli_allowed(
+    servers: tuple[m.McpServer, ...], named: tuple[str, ...],
+    policy: tuple[str, ...] | None = None,
+) -> list[str]:  # fmt: skip
+    """Claude Code's ``allowed_tools`` for the servers: all of a server's, or those named.
+
+    Less what ``tool_policy`` refuses: a server whose every tool it allows stays
+    whole, else only the tools it names (``mcp.SERVER.TOOL``) are allowed.
+    """
     allowed: list[str] = []
     for server in servers:
+        prefix = f"{m.MCP_TOOL_PREFIX}{server.name}."
         chosen = m.mcp_tool_choice(named, server.name)
+        if chosen is None and not _allows_all(policy, prefix):
+            chosen = frozenset(p.removeprefix(prefix) for p in policy or () if
+                               p.startswith(prefix) and not p.endswith("*"))  # fmt: skip
         if chosen is None:
             allowed.append(f"mcp__{server.name}")
-        else:
-            allowed += [f"mcp__{server.name}__{tool}" for tool in sorted(chosen)]
+            continue
+        allowed += [f"mcp__{server.name}__{tool}" for tool in sorted(chosen)
+                    if m.tool_allowed(policy, prefix + tool)]  # fmt: skip
     return allowed
+
+
+def _allows_all(policy: tuple[str, ...] | None, prefix: str) -> bool:
+    """Whether ``policy`` allows every tool whose name starts with ``prefix``."""
+    if policy is None:
+        return True
+    return any(p == "*" or (p.endswith(".*") and prefix.startswith(p[:-1])) for p in policy)
 
 
 def cli_servers(servers: tuple[m.McpServer, ...]) -> dict[str, dict[str, Any]]:

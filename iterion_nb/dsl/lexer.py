@@ -27,7 +27,7 @@ _TOKEN_RE = re.compile(
   | (?P<comment>\#\#.*)
   | (?P<arrow>->)
   | (?P<number>-?[0-9]+(?:\.[0-9]+)?[A-Za-z0-9_]*)
-  | (?P<dotted>[A-Za-z_][A-Za-z0-9_]*+(?:\.[A-Za-z_][A-Za-z0-9_]*+)++(?:\.\*)?+)
+  | (?P<dotted>[A-Za-z_][A-Za-z0-9_]*+(?:(?:\.[A-Za-z_][A-Za-z0-9_]*+)++(?:\.\*)?+|\.\*))
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<string>"[^"\\]*+(?:\\.[^"\\]*+)*+")
   | (?P<open_string>".*)

@@ -26,6 +26,8 @@ _DECL_KEYWORDS = (
 )  # fmt: skip
 #: The ``dsl: N`` versions this parser reads: upstream iterion's 1 and 2 mean the same here.
 SUPPORTED_DSL = ("1", "2")
+#: The words that open an edge's clauses (``else`` takes the place of a ``when``).
+_EDGE_CLAUSES = ("when", "else", "as", "with")
 
 
 class _Abort(Exception):  # noqa: N818 - unwinds, is never shown
@@ -502,27 +504,25 @@ class Parser:
         )
 
     def _edge(self) -> ast.EdgeDecl:
+        """``SRC -> DST`` then ``when``/``else``, ``as`` and ``with``, each once, in any order."""
         src = self._advance()
         self._expect(TokenKind.ARROW)
         dst = self._expect_ident("a node name after '->'")
-        when: ast.WhenField | ast.WhenExpr | None = None
-        loop: ast.LoopDecl | None = None
-        with_: ast.MapValue | None = None
-        otherwise = False
-        if self._at(TokenKind.IDENT, "when"):
-            when = self._when(self._advance())
-        elif self._at(TokenKind.IDENT, "else"):
-            self._advance()
-            otherwise = True
-        if self._at(TokenKind.IDENT, "else"):
-            raise self._error("an edge has 'when' or 'else', not both", self.tok.span)
-        if self._at(TokenKind.IDENT, "as"):
-            loop = self._loop()
-        if self._at(TokenKind.IDENT, "with"):
-            self._advance()
-            with_ = self._map()
-            if loop is None and self._at(TokenKind.IDENT, "as"):  # upstream: `with {…} as l(n)`
-                loop = self._loop()
+        clauses: dict[str, object] = {}
+        while self.tok.kind is TokenKind.IDENT and self.tok.text in _EDGE_CLAUSES:
+            word = self.tok
+            slot = "when" if word.text == "else" else word.text
+            clause = self._edge_clause(self._advance())
+            if slot not in clauses:
+                clauses[slot] = clause
+            elif (word.text == "else") != (clauses[slot] is True):
+                # recorded; parsing goes on, so the edge is kept with its first clause
+                self._error("an edge has 'when' or 'else', not both", word.span)
+            else:
+                self._error(
+                    f"duplicate '{word.text}' clause on edge: an edge has at most one",
+                    word.span,
+                )
         end = self._prev_span()
         if not self._at(TokenKind.NEWLINE) and not self._at(TokenKind.EOF):
             raise self._error(
@@ -531,13 +531,27 @@ class Parser:
                 self.tok.span,
             )
         self._end_of_line()
+        when = clauses.get("when")
         return ast.EdgeDecl(
-            src.text, src.span, dst.text, dst.span, when, loop, with_, src.span.to(end), otherwise
-        )
+            src.text, src.span, dst.text, dst.span,
+            None if isinstance(when, bool) else cast("ast.WhenField | ast.WhenExpr | None", when),
+            cast("ast.LoopDecl | None", clauses.get("as")),
+            cast("ast.MapValue | None", clauses.get("with")),
+            src.span.to(end), when is True,
+        )  # fmt: skip
 
-    def _loop(self) -> ast.LoopDecl:
-        """``as NAME(BOUND)``."""
-        as_ = self._advance()
+    def _edge_clause(self, kw: Token) -> object:
+        """The clause after ``kw``: a condition, True for ``else``, a loop, or a mapping."""
+        if kw.text == "when":
+            return self._when(kw)
+        if kw.text == "else":
+            return True
+        if kw.text == "as":
+            return self._loop(kw)
+        return self._map()
+
+    def _loop(self, as_: Token) -> ast.LoopDecl:
+        """``as NAME(BOUND)`` (``as_`` read)."""
         loop_name = self._expect_ident("a loop name after 'as'")
         self._expect(TokenKind.LPAREN, f"'(' and a bound after loop '{loop_name.text}'")
         bound: ast.NumberValue | ast.StringValue

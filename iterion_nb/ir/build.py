@@ -61,6 +61,9 @@ KNOWN_CAPABILITIES = (
 )  # fmt: skip
 _CAPABILITY = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?\Z")
 
+#: A ``tool_policy`` entry: ``*``, a tool name (dotted for MCP tools), or ``prefix.*``.
+_TOOL_PATTERN = re.compile(r"\*\Z|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:\.\*)?\Z")
+
 #: An accept_mime entry: type/subtype, either part may be ``*``.
 _MIME = re.compile(r"(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)/(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)")
 
@@ -468,12 +471,16 @@ class Builder:
         return template
 
     def schema_ref(self, prop: ast.Property) -> str | None:
-        """A schema name, which must be declared."""
+        """A schema name, which must be declared.
+
+        An undeclared one (C002) is still returned: the node's fields are then
+        unknown, so the checks of its fields say nothing more (as upstream), and
+        no workflow is built from a draft with an error.
+        """
         name = self.read.name(prop)
         if name is not None and name not in self.draft.schemas:
             hint = did_you_mean(name, self.draft.schemas)
             self.diags.add("C002", f"unknown schema '{name}'{hint}", prop.value.span)
-            return None
         return name
 
     def expression(
@@ -509,6 +516,25 @@ class Builder:
             )
         wf = workflows[0]
         self.draft.name = wf.name
+        props = self._workflow_properties(wf)
+        self._entry(wf, props.get("entry"))
+        if "default_backend" in props:
+            backend = self.read.choice(props["default_backend"], m.BACKENDS)
+            self.draft.default_backend = backend or "claw"
+        if "budget" in props:
+            self.draft.budget = self._budget(props["budget"])
+        if "mcp" in props:
+            self._workflow_mcp(props["mcp"])
+        if "interaction" in props:
+            self._workflow_interaction(props["interaction"])
+        if "tool_policy" in props:
+            self._workflow_tool_policy(props["tool_policy"])
+        self._check_answerers()
+        for edge in wf.edges:
+            self._edge(edge)
+
+    def _workflow_properties(self, wf: ast.WorkflowDecl) -> dict[str, ast.Property]:
+        """The workflow's properties by name; upstream's that it ignores are C363."""
         props: dict[str, ast.Property] = {}
         for prop in wf.properties:
             if prop.name in UNSUPPORTED_WORKFLOW_PROPERTIES:
@@ -520,6 +546,15 @@ class Builder:
                     " unconfined",
                     prop.name_span,
                 )
+            elif prop.name == "capabilities":  # as on a node: checked, else C363
+                if not self._capabilities(prop):
+                    self.diags.add(
+                        "C363",
+                        f"'capabilities:' on workflow '{wf.name}' is upstream iterion's (its"
+                        " native task board's tools, for agents and judges that set none);"
+                        " iterion_nb does not do it and ignores it",
+                        prop.name_span,
+                    )
             elif prop.name not in WORKFLOW_PROPERTIES:
                 self.diags.add(
                     "C350",
@@ -531,18 +566,7 @@ class Builder:
                 self.diags.add("C351", f"'{prop.name}' is given twice", prop.name_span)
             else:
                 props[prop.name] = prop
-        self._entry(wf, props.get("entry"))
-        if "default_backend" in props:
-            backend = self.read.choice(props["default_backend"], m.BACKENDS)
-            self.draft.default_backend = backend or "claw"
-        if "budget" in props:
-            self.draft.budget = self._budget(props["budget"])
-        if "mcp" in props:
-            self._workflow_mcp(props["mcp"])
-        if "interaction" in props:
-            self._workflow_interaction(props["interaction"])
-        for edge in wf.edges:
-            self._edge(edge)
+        return props
 
     def block_entries(
         self, block: ast.BlockValue, what: str, allowed: tuple[str, ...]
@@ -578,6 +602,58 @@ class Builder:
                 continue
             if isinstance(node, m.AgentNode) or (isinstance(node, m.HumanNode) and mode != "async"):
                 self.draft.nodes[name] = replace(node, interaction=cast("m.InteractionMode", mode))
+
+    def tool_policy(self, prop: ast.Property) -> tuple[str, ...] | None:
+        """``tool_policy: [ref, ...]``: ``"*"``, ``foo.*`` or a tool name each (C364 otherwise)."""
+        patterns = self.read.names(prop)
+        for pattern in patterns or ():
+            if not _TOOL_PATTERN.match(pattern):
+                self.diags.add(
+                    "C364",
+                    f"tool_policy entry '{shorten(pattern)}' is not a tool name, 'prefix.*'"
+                    ' or "*"',
+                    prop.value.span,
+                )
+        return patterns
+
+    def _workflow_tool_policy(self, prop: ast.Property) -> None:
+        """The workflow's ``tool_policy``: that of every agent and judge that sets none."""
+        policy = self.tool_policy(prop)
+        if policy is None:
+            return
+        for name, node in list(self.draft.nodes.items()):
+            if isinstance(node, m.AgentNode) and node.tool_policy is None:
+                self.draft.nodes[name] = replace(node, tool_policy=policy)
+
+    def _check_answerers(self) -> None:
+        """C366: ``interaction_model`` / ``interaction_prompt`` where no model answers.
+
+        On a human node they serve ``interaction: llm`` and ``llm_or_human``. No
+        model answers an agent's or a judge's questions here (upstream's delegated
+        questions): there they are read and ignored (C363).
+        """
+        for name, decl in self.draft.node_decls.items():
+            node = self.draft.nodes[name]
+            mode = getattr(node, "interaction", "none")
+            for prop in decl.properties:
+                if prop.name not in ("interaction_model", "interaction_prompt"):
+                    continue
+                if isinstance(node, m.AgentNode) and mode in ("llm", "llm_or_human"):
+                    self.diags.add(
+                        "C363",
+                        f"'{prop.name}:' on {decl.kind} '{name}' is upstream iterion's (the"
+                        " model answering the questions it asks); iterion_nb does not have a"
+                        " model answer an agent's questions and ignores it",
+                        prop.name_span,
+                    )
+                elif mode not in ("llm", "llm_or_human"):
+                    self.diags.add(
+                        "C366",
+                        f"'{prop.name}:' has no effect on {decl.kind} '{name}' with"
+                        f" interaction: {mode}: it is for the model that answers with"
+                        " interaction: llm or llm_or_human",
+                        prop.name_span,
+                    )
 
     def _workflow_mcp(self, prop: ast.Property) -> None:
         """The workflow's ``mcp:``: the servers every agent uses unless it says otherwise.
@@ -826,19 +902,28 @@ class _NodeBuilder:
         prop = self._get(name)
         return self.read.template(prop) if prop else None
 
+    def _effort(self) -> str | None:
+        """``reasoning_effort``: one of the levels, or a ``${ENV}`` string (read when it runs)."""
+        prop = self._get("reasoning_effort")
+        if prop is not None and isinstance(prop.value, ast.StringValue) and "${" in prop.value.text:
+            return prop.value.text
+        return cast("str | None", self._opt("reasoning_effort", "choice", m.REASONING_EFFORTS,
+                                            "C027"))  # fmt: skip
+
+    def _tool_policy(self) -> tuple[str, ...] | None:
+        prop = self._get("tool_policy")
+        return self.b.tool_policy(prop) if prop is not None else None
+
+    def _interaction_answerer(self) -> tuple[Template | None, Template | None]:
+        """``interaction_model`` and ``interaction_prompt``, checked (an unknown prompt: C003)."""
+        return self._template("interaction_model"), self._text("interaction_prompt")
+
     def _agent(self) -> m.AgentNode:
         interaction = self._opt(
             "interaction", "choice", ("none", "human", "llm", "llm_or_human", "async")
         )
-        effort_prop = self._get("reasoning_effort")
-        if (
-            effort_prop is not None
-            and isinstance(effort_prop.value, ast.StringValue)
-            and "${" in effort_prop.value.text
-        ):
-            effort: object = effort_prop.value.text  # from the environment when the run starts
-        else:
-            effort = self._opt("reasoning_effort", "choice", m.REASONING_EFFORTS, "C027")
+        effort = self._effort()
+        self._interaction_answerer()  # no model answers an agent's questions here (see build)
         return m.AgentNode(
             *self._base(),
             kind=cast("Literal['agent', 'judge']", self.decl.kind),
@@ -855,13 +940,14 @@ class _NodeBuilder:
             memory=self._memory(),
             tool_max_steps=cast("int | None", self._opt("tool_max_steps", "integer", 1)),
             max_tokens=cast("int | None", self._opt("max_tokens", "integer", 1)),
-            reasoning_effort=cast("str | None", effort),
+            reasoning_effort=effort,
             readonly=bool(self._opt("readonly", "boolean")),
             session=cast(
                 "m.SessionMode",
                 self._opt("session", "choice", m.SESSION_MODES) or "fresh",
             ),
             interaction=cast("m.InteractionMode", interaction or "none"),
+            tool_policy=self._tool_policy(),
         )
 
     def _router(self) -> m.RouterNode:
@@ -893,6 +979,7 @@ class _NodeBuilder:
             system=self._text("system"),
             user=self._text("user"),
             multi=bool(self._opt("multi", "boolean")),
+            reasoning_effort=self._effort(),
         )
 
     def _human(self) -> m.HumanNode:
@@ -909,6 +996,10 @@ class _NodeBuilder:
                 )
             elif word is not None:
                 interaction = self.read.choice(prop, ("human", "llm", "llm_or_human")) or "human"
+        # upstream's interaction_model / interaction_prompt: the model answering for the
+        # person and its system prompt, over model / system
+        answer_model, answer_prompt = self._interaction_answerer()
+        model, system = self._template("model"), self._text("system")
         return m.HumanNode(
             *self._base(),
             input=self._schema("input"),
@@ -917,8 +1008,8 @@ class _NodeBuilder:
             instructions=self._text("instructions"),
             interaction=cast("m.InteractionMode", interaction),
             min_answers=cast("int", self._opt("min_answers", "integer", 1) or 1),
-            model=self._template("model"),
-            system=self._text("system"),
+            model=answer_model or model,
+            system=answer_prompt or system,
             expires_in=self._expires_in(),
             on_expire=self._on_expire(),
         )

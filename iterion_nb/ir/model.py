@@ -126,6 +126,9 @@ class AgentNode(NodeBase):
     cursors: tuple[tuple[str, str], ...] = ()
     #: ``memory:`` (enabled): the workspace memory this agent reads and writes.
     memory: Memory | None = None
+    #: ``tool_policy:`` (the node's, else the workflow's): the tools it may call, as
+    #: patterns (see :func:`tool_allowed`); None: no policy, every tool is allowed.
+    tool_policy: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,23 @@ def mcp_tool_choice(tools: tuple[str, ...], server: str) -> frozenset[str] | Non
 
 #: How ``tools:`` names an MCP server's tool: ``mcp.SERVER.TOOL`` (or ``mcp.SERVER.*``).
 MCP_TOOL_PREFIX = "mcp."
+
+
+def tool_allowed(policy: tuple[str, ...] | None, name: str) -> bool:
+    """Whether ``tool_policy`` lets a node call the tool named ``name`` (as ``tools:`` names it).
+
+    ``*`` allows every tool, ``foo.*`` those whose name starts with ``foo.``, any
+    other pattern the tool of that exact name. No policy (None) allows all; an
+    empty one, none.
+    """
+    if policy is None:
+        return True
+    for pattern in policy:
+        if pattern == "*" or pattern == name:
+            return True
+        if pattern.endswith(".*") and name.startswith(pattern[:-1]):
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +229,9 @@ class RouterNode(NodeBase):
     system: Template | None = None
     user: Template | None = None
     multi: bool = False
+    #: ``reasoning_effort`` of the model choosing (``mode: llm``): one of
+    #: :data:`REASONING_EFFORTS`, or a ``${ENV}`` string read when the router runs.
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

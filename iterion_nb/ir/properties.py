@@ -18,6 +18,9 @@ _LLM = (
     "readonly",
     "session",
     "interaction",
+    "interaction_prompt",
+    "interaction_model",
+    "tool_policy",
     "cursors",
     "memory",
     "await",
@@ -26,7 +29,16 @@ _LLM = (
 ALLOWED: dict[str, tuple[str, ...]] = {
     "agent": _LLM,
     "judge": _LLM,
-    "router": ("mode", "model", "backend", "system", "user", "multi", "await"),
+    "router": (
+        "mode",
+        "model",
+        "backend",
+        "system",
+        "user",
+        "multi",
+        "reasoning_effort",
+        "await",
+    ),
     "human": (
         "input",
         "output",
@@ -36,6 +48,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "min_answers",
         "model",
         "system",
+        "interaction_prompt",
+        "interaction_model",
         "expires_in",
         "on_expire",
         "await",
@@ -51,9 +65,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 #: Router properties that only make sense when ``mode: llm``.
-LLM_ROUTER_ONLY = ("model", "backend", "system", "user", "multi")
+LLM_ROUTER_ONLY = ("model", "backend", "system", "user", "multi", "reasoning_effort")
 
-WORKFLOW_PROPERTIES = ("entry", "default_backend", "budget", "mcp", "interaction")
+WORKFLOW_PROPERTIES = ("entry", "default_backend", "budget", "mcp", "interaction", "tool_policy")
 BUDGET_PROPERTIES = (
     "max_parallel_branches",
     "max_duration",

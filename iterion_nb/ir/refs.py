@@ -102,7 +102,7 @@ class RefChecker:
             self.diags.add(
                 "C034", f"'{name}' is not a field of the input schema of '{node.name}'", span
             )
-        elif inputs is None:
+        elif inputs is None and getattr(node, "input", None) is None:  # (undeclared: C002)
             self.diags.add(
                 "C034",
                 f"'{name}' is not a namespace ({', '.join(NAMESPACES)})"

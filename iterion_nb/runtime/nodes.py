@@ -138,6 +138,7 @@ class NodeRunner:
             visit=self.state.visits.get(node.name, 0),
             in_branch=bool(f.groups),
             workdir=str(self.engine.workdir),
+            reasoning_effort=_effort(node),
             **extra,
         )
 
@@ -606,3 +607,25 @@ async def _run_shell(
     finally:
         reaper.unwatch(proc.pid)
     return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _effort(node: m.Node) -> str | None:
+    """The node's ``reasoning_effort`` with its ``${ENV}`` read (an empty value: none).
+
+    Raises:
+        NodeError: The environment gives something that is not a level.
+    """
+    effort = getattr(node, "reasoning_effort", None)
+    if effort is None:
+        return None
+    try:
+        value = expand_env(effort).strip()
+    except VarsError as err:
+        raise NodeError(node.name, f"reasoning_effort: {err}") from None
+    if value and value not in m.REASONING_EFFORTS:
+        raise NodeError(
+            node.name,
+            f"reasoning_effort '{value}' (from {effort}) is not one of"
+            f" {', '.join(m.REASONING_EFFORTS)}",
+        )
+    return value or None

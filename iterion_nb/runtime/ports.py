@@ -355,6 +355,9 @@ class BackendRequest:
     #: (``{"type": "image", "path": ..., "media_type": ...}`` between text blocks);
     #: empty otherwise (then :attr:`user` is the whole prompt).
     user_blocks: tuple[dict[str, Any], ...] = ()
+    #: The node's ``reasoning_effort`` (an agent's, a judge's or an llm router's), its
+    #: ``${ENV}`` read: one of ``minimal`` … ``max``, or None.
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import iterion_nb as it
 from iterion_nb.store import MemoryStore
 
@@ -51,4 +53,73 @@ async def test_an_empty_llm_answer_hands_the_gate_to_a_person() -> None:
     assert await run.wait(10) == "paused_waiting_human"
     (question,) = await run.pending_questions()
     assert (question.kind, question.question) == ("human", "Approve?")
+    await session.close()
+
+
+# -- upstream's interaction_model / interaction_prompt, and an llm router's reasoning_effort --
+ANSWERED_BY_A_MODEL = """\
+prompt decide:
+  Answer for the release manager.
+
+router pick:
+  mode: llm
+  model: "scripted/chooser"
+  reasoning_effort: "${PICK_EFFORT:-low}"
+  user: "Which way?"
+
+human approve:
+  instructions: "Approve?"
+  interaction: llm
+  model: "scripted/general"
+  system: "Not this one."
+  interaction_model: "scripted/answerer"
+  interaction_prompt: decide
+
+compute left:
+  expr:
+    said: "outputs.approve.text"
+
+compute right:
+  expr:
+    x: "1"
+
+workflow w:
+  entry: approve
+  approve -> pick
+  pick -> left
+  pick -> right
+  left -> done
+  right -> done
+"""
+
+
+async def test_interaction_model_and_prompt_answer_for_the_person_and_effort_reaches_the_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PICK_EFFORT", "high")
+    scenario = {"nodes": {"pick": [{"text": "left"}], "approve": [{"text": "approved"}]}}
+    session = it.Session(MemoryStore(), scenario=scenario)
+    run = await session.start(it.compile(ANSWERED_BY_A_MODEL))
+    assert await run.wait(10) == "finished", run.error
+    asked = {e.node_id: e.data for e in await run.events() if e.type == "llm_request"}
+    # the gate: interaction_model over model, interaction_prompt over system
+    assert asked["approve"]["model"] == "scripted/answerer"
+    assert asked["approve"]["system"] == "Answer for the release manager."
+    assert "reasoning_effort" not in asked["approve"]
+    # the router's reasoning_effort, its ${ENV} read when it runs
+    assert (asked["pick"]["model"], asked["pick"]["reasoning_effort"]) == (
+        "scripted/chooser", "high",
+    )  # fmt: skip
+    await session.close()
+
+
+async def test_a_reasoning_effort_the_environment_spells_wrong_fails_the_router(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PICK_EFFORT", "extreme")
+    scenario = {"nodes": {"pick": [{"text": "left"}], "approve": [{"text": "approved"}]}}
+    session = it.Session(MemoryStore(), scenario=scenario)
+    run = await session.start(it.compile(ANSWERED_BY_A_MODEL))
+    assert await run.wait(10) == "failed_resumable"
+    assert "reasoning_effort 'extreme'" in (run.error or "")
     await session.close()

@@ -126,3 +126,46 @@ def test_a_header_missing_only_its_colon_is_one_error_not_three() -> None:
 def test_a_header_missing_its_colon_without_a_block_still_stops_there() -> None:
     _, diags = parse("agent a\nworkflow w:\n  entry: a\n")
     assert [(d.code, d.line) for d in diags] == [("S001", 1)]
+
+
+def _edges(body: str) -> tuple[tuple[ast.EdgeDecl, ...], Diagnostics]:
+    module, diags = parse(f"workflow w:\n  entry: a\n{body}")
+    workflow = module.declarations[0]
+    assert isinstance(workflow, ast.WorkflowDecl)
+    return workflow.edges, diags
+
+
+def test_edge_clauses_come_in_any_order() -> None:
+    """Upstream's parser reads ``when``, ``as`` and ``with`` in any order."""
+    orders = [
+        '  j -> a when not ok as fix(3) with { x: "1" }',
+        '  j -> a as fix(3) when not ok with { x: "1" }',
+        '  j -> a with { x: "1" } when not ok as fix(3)',
+        '  j -> a as fix(3) with { x: "1" } when not ok',
+    ]
+    for line in orders:
+        (edge,), diags = _edges(line + "\n")
+        assert list(diags) == [], line
+        assert isinstance(edge.when, ast.WhenField) and edge.when.negated, line
+        assert edge.loop is not None and edge.loop.name == "fix", line
+        assert edge.with_ is not None and edge.with_.entries[0].key == "x", line
+    (edge,), diags = _edges("  j -> a as fix(3) else\n")
+    assert list(diags) == [] and edge.otherwise and edge.loop is not None
+
+
+def test_an_edge_clause_given_twice_is_an_error_where_it_repeats() -> None:
+    cases = [
+        ("  j -> a when ok as fix(3) when not ok\n", "when", "duplicate 'when' clause"),
+        ('  j -> a as fix(3) with { x: "1" } as other(2)\n', " as", "duplicate 'as' clause"),
+        ('  j -> a with { x: "1" } with { y: "2" }\n', "with", "duplicate 'with' clause"),
+        ("  j -> a when ok as fix(3) else\n", "else", "'when' or 'else', not both"),
+        ("  j -> a else else\n", "else", "duplicate 'else' clause"),
+    ]
+    for line, word, message in cases:
+        (edge,), diags = _edges(line)
+        (diag,) = list(diags)
+        column = line.rindex(word) + 1 + (word[0] == " ")  # at the clause that repeats
+        assert (diag.code, diag.line, diag.column) == ("S001", 3, column), line
+        assert message in diag.message, line
+        # the edge is kept, with its first clauses, so nothing else is reported about it
+        assert edge.dst == "a"

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from iterion_nb.backends.claw import interaction as it_tools
-from iterion_nb.backends.claw.loop import AgentLoop, inherited_session
+from iterion_nb.backends.claw.loop import AgentLoop, inherited_session, policy_refusal
 from iterion_nb.backends.mcp import cli_allowed, cli_servers
 from iterion_nb.backends.providers.base import ToolSpec, image_data
 from iterion_nb.errors import AlreadyAnsweredError, LeaseLostError, NodeError, PauseRun
@@ -289,6 +289,24 @@ class _Session:
             return self._end_session(LOST)
         return {}
 
+    async def _policy_gate(self, data: dict[str, Any], tool_use_id: str | None, _: Any) -> Any:
+        """``tool_policy`` for the tools of the MCP servers the CLI runs (ours run in the loop)."""
+        name = str(data.get("tool_name", ""))
+        if name.startswith(PREFIX) or not name.startswith("mcp__"):
+            return {}
+        server, _sep, tool = name.removeprefix("mcp__").partition("__")
+        reason = policy_refusal(self.node.tool_policy, f"{m.MCP_TOOL_PREFIX}{server}.{tool}")
+        if reason is None:
+            return {}
+        short = f"{server}__{tool}"
+        await self.ctx.emit("tool_called", {"tool": short, "input": data.get("tool_input")})
+        await self.ctx.emit(
+            "tool_error", {"tool": short, "error": reason, "denied_by": "tool_policy"}
+        )
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                       "permissionDecision": "deny",
+                                       "permissionDecisionReason": reason}}  # fmt: skip
+
     @staticmethod
     def _end_session(reason: str) -> dict[str, Any]:
         """The hook's answer that runs nothing more and ends the CLI's session."""
@@ -391,7 +409,8 @@ class _Session:
             names.append(PREFIX + READ_IMAGE.name)
         # the node's MCP servers: Claude Code starts them; each one's tools that the node
         # names (mcp.SERVER.TOOL), or all of them, are allowed
-        names += cli_allowed(self.request.mcp_servers, node.tools)
+        # (less what tool_policy refuses; a PreToolUse hook refuses those calls in our words)
+        names += cli_allowed(self.request.mcp_servers, node.tools, node.tool_policy)
         env = {
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
@@ -406,6 +425,9 @@ class _Session:
             "PostToolUseFailure": [sdk.HookMatcher(hooks=[self._tool_failed])],
             "Stop": [sdk.HookMatcher(hooks=[self._stop])],
         }
+        if node.tool_policy is not None:  # the MCP servers' tools the CLI runs itself
+            hooks["PreToolUse"].append(sdk.HookMatcher(matcher="mcp__.*",
+                                                       hooks=[self._policy_gate]))  # fmt: skip
         self.stderr: list[str] = []
         return sdk.ClaudeAgentOptions(
             tools=[], allowed_tools=names,

@@ -72,6 +72,7 @@ class ClawBackend:
             messages=[{"role": "user", "content": [{"type": "text",
                                                     "text": request.user or "Decide."}]}],
             tools=[], node=request.node.name, visit=request.visit,
+            reasoning_effort=request.reasoning_effort,
         )  # fmt: skip
         response = await reported_turn(request.context, turn, provider.complete)
         text = response.text.strip()

@@ -118,6 +118,8 @@ async def reported_turn(
                             "messages": request.messages[sent:]}  # fmt: skip
     if turn == 0:
         data["system"] = request.system
+    if request.reasoning_effort is not None:
+        data["reasoning_effort"] = request.reasoning_effort
     await ctx.emit("llm_request", data)
     response = await complete(request)
     ctx.charge(response.tokens_in + response.tokens_out, response.cost_usd)
@@ -131,6 +133,14 @@ async def reported_turn(
                    for c in calls]},
     )  # fmt: skip
     return response
+
+
+def policy_refusal(policy: tuple[str, ...] | None, name: str) -> str | None:
+    """What the model is told when ``tool_policy`` refuses the tool ``name`` (None: allowed)."""
+    if m.tool_allowed(policy, name):
+        return None
+    allowed = ", ".join(policy or ()) or "no tool"
+    return f"tool '{name}' is not allowed by tool_policy (it allows: {allowed}); it was not run"
 
 
 def inherited_session(request: BackendRequest, backend: str) -> dict[str, Any] | None:
@@ -325,6 +335,7 @@ class AgentLoop:
             visit=self.request.visit,
             max_tokens=self.node.max_tokens or 4096,
             turn_base=self._turn_base,
+            reasoning_effort=self.request.reasoning_effort,
         )
         turn, self._replies = self._replies, self._replies + 1
         sent, self._sent = self._sent, len(messages)
@@ -421,6 +432,12 @@ class AgentLoop:
             return await self._change_question(call)
         await self.ctx.emit("tool_called", {"tool": name, "input": args})
         tool = self.tools.get(name)
+        denied = self.denied(tool) if tool is not None else None
+        if denied is not None:  # not run: the model is told why, the log records it
+            await self.ctx.emit(
+                "tool_error", {"tool": name, "error": denied, "denied_by": "tool_policy"}
+            )
+            return _result(call["id"], denied, True)
         try:
             if tool is None:
                 available = ", ".join([*self.tools, *(s.name for s in self.interaction_specs)])
@@ -434,6 +451,16 @@ class AgentLoop:
             message = f"{name} failed: {err}"
         await self.ctx.emit("tool_error", {"tool": name, "error": message})
         return _result(call["id"], message, True)
+
+    def denied(self, tool: Tool | McpTool) -> str | None:
+        """Why the node's ``tool_policy`` refuses ``tool`` (None: it may run).
+
+        The policy names tools as ``tools:`` does: an MCP server's as
+        ``mcp.SERVER.TOOL``, the others by their name.
+        """
+        name = f"{m.MCP_TOOL_PREFIX}{tool.server}.{tool.tool_name}" if isinstance(
+            tool, McpTool) else tool.name  # fmt: skip
+        return policy_refusal(self.node.tool_policy, name)
 
     def _interaction_id(self, call: Block) -> str:
         return f"{self.ctx.run_id}-{call['id']}"
