@@ -91,6 +91,9 @@ class BaseHandler(tornado.web.RequestHandler):
     query_args: tuple[str, ...] = ()
     #: Query arguments any route takes without reading them (Jupyter's ``token`` on its mount).
     ambient_query: frozenset[str] = frozenset()
+    #: Whether a bare number (``?1733540000000``, no value) is taken and not read: what
+    #: JupyterLab's ``ServerConnection`` appends to a ``cache: 'no-store'`` request.
+    cache_buster = False
 
     def initialize(self, service: RunService, token: str | None) -> None:
         self.service = service
@@ -191,6 +194,8 @@ class BaseHandler(tornado.web.RequestHandler):
         """
         for name, values in self.request.query_arguments.items():
             if name in self.ambient_query:
+                continue
+            if self.cache_buster and name.isascii() and name.isdigit() and values == [b""]:
                 continue
             shown = json.dumps(name, ensure_ascii=False)[:80]
             if name not in self.query_args:

@@ -45,6 +45,7 @@ class JupyterAuth(APIHandler):
     lenient_body_types = frozenset({"text/plain", "application/x-www-form-urlencoded"})
     #: Jupyter reads these itself: a token in the URL, the XSRF token of a form.
     ambient_query = frozenset({"token", "_xsrf"})
+    cache_buster = True
 
     async def prepare(self) -> None:  # type: ignore[override]
         """Jupyter's checks (host, identity, XSRF for posts), then: no identity, no access.

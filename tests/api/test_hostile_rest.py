@@ -365,6 +365,7 @@ def test_a_limit_outside_what_the_list_returns_is_refused(
     ("limit=1&limit=5000", "bad_request", "query argument \"limit\" is given 2 times"),
     ("status=running&status=failed", "bad_request", "query argument \"status\" is given 2 times"),
     ("token=abc", "unknown_parameter", "unknown query argument \"token\""),
+    ("1733540000000", "unknown_parameter", "unknown query argument \"1733540000000\""),
 ])  # fmt: skip
 def test_a_query_argument_the_route_does_not_read_or_gives_twice_is_refused(
     served: tuple[Raw, Path], query: str, code: str, says: str
@@ -833,6 +834,11 @@ def test_jupyter_takes_its_token_in_the_query_and_refuses_other_unknown_argument
                          auth=False)  # fmt: skip
     assert status == 200
     status, got = _jupyter_send(jupyter, "GET", "/api/inbox/events?since=3")
+    assert (status, got["code"]) == (400, "unknown_parameter"), got
+    # what JupyterLab's ServerConnection appends to a `cache: 'no-store'` request is taken
+    status, _ = raw.send("GET", "/iterion/api/runs?1733540000000", headers=auth, auth=False)
+    assert status == 200
+    status, got = _jupyter_send(jupyter, "GET", "/api/runs?1733540000000=1")
     assert (status, got["code"]) == (400, "unknown_parameter"), got
 
 
