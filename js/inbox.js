@@ -48,7 +48,7 @@ function render({ model, el }) {
     const scope = model.get("scope");
     if (!pending.length) { list.replaceChildren(h("div", { class: "empty meta" }, "Nothing is waiting for an answer.")); return; }
     if (list.firstChild && !list.firstChild.dataset.key) list.replaceChildren();
-    syncCards(list, pending, questionKey, (q) => questionCard(q, send, context(q, scope)));
+    syncCards(list, pending, questionKey, (q) => questionCard(q, send, context(q, scope)), updateWaits);
     if (lost) drawLost();
   };
   const drawLost = () => {

@@ -286,7 +286,7 @@ function render({ model, el }) {
     if (!pending.length) { forms.replaceChildren(result); formList.replaceChildren(); return; }
     const send = (q, answer) => { if (!lost) void sendAnswer(model, { run_id: model.get("run_id"), ...q }, answer); };
     if (model.get("answerable")) {
-      syncCards(formList, pending, questionKey, (q) => questionCard(q, send, `asked by ${q.node_id}`));
+      syncCards(formList, pending, questionKey, (q) => questionCard(q, send, `asked by ${q.node_id}`), updateWaits);
     } else {
       syncCards(formList, pending, questionKey, (q) => h("div", { class: "card pending", "data-interaction": q.id },
         h("div", { class: "question" }, q.questions.join("\n")), h("div", { class: "meta" }, `asked by ${q.node_id} · answer it in the inbox (%iterion inbox)`)));

@@ -404,7 +404,10 @@ class Engine:
 
     async def _run_node(self, node: m.Node, f: Frontier) -> Any:
         emit = self.event_for(node.name, f.branch)
-        await emit("node_started", {"kind": node.kind, "input": f.input})
+        started: dict[str, Any] = {"kind": node.kind, "input": f.input}
+        if isinstance(node, m.AwaitAnswersNode):  # whose questions it waits on (None: all)
+            started["from"] = node.from_node
+        await emit("node_started", started)
         self.state.usage.iterations += 1
         try:
             output = await self._nodes.run(node, f)

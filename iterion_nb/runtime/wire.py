@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -57,6 +58,14 @@ def event_json(event: Event) -> dict[str, Any]:
         "branch_id": event.branch_id,
         "data": event.data,
     }
+
+
+def waited_on(interactions: Iterable[Interaction]) -> set[str]:
+    """The questions a run paused at a sync point waits on: its pending ``await`` records'.
+
+    An answer to one of them is what the run waits for, async or not.
+    """
+    return {ident for q in interactions if q.kind == "await" and q.pending for ident in q.waits_on}
 
 
 def interaction_json(item: Interaction) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from iterion_nb.ir import analyze
 from iterion_nb.report import render
 from iterion_nb.server.extension import PREFIX, JupyterAuth
 from iterion_nb.server.inbox import snapshot
+from iterion_nb.view.askers import Askers
 
 #: Seconds between two reads of the store when nothing rang (run statuses, expiries).
 RECHECK = 2.0
@@ -132,10 +133,11 @@ class InboxEventsHandler(ServerRoute):
 
     async def _stream(self, store: Any, wake: asyncio.Event) -> None:
         last, written = "", time.monotonic()
+        askers = Askers()  # each run's events read once, then only the new ones
         while not self._gone and not self.service.stopping:  # type: ignore[attr-defined]
             wake.clear()
             try:
-                data = json.dumps(await snapshot(store), ensure_ascii=False, default=str)
+                data = json.dumps(await snapshot(store, askers), ensure_ascii=False, default=str)
                 event = "inbox"
             except IterionError as err:
                 refused = api_error(err)

@@ -245,15 +245,30 @@ function disconnected(root, heard, more) {
     " This view no longer updates and cannot answer. ", ...more);
 }
 
+// A live question's card, kept (what is typed in it stays): who waits may have changed.
+function updateWaits(card, q) {
+  const waits = card.querySelector(".meta .waits");
+  if (waits && !runStopped(q)) waits.textContent = waitsText(q);
+}
+
+// Who goes on while a question waits: the run stops for a blocking one, or for an async one
+// its sync point (await_answers) waits on; an async one's agent works on, or has finished.
+function waitsText(q) {
+  if (q.kind !== "async" || q.waited_on) return "the run waits for this answer";
+  return q.asker_finished ? "its agent has finished; a later step may read the answer"
+    : "the agent keeps working meanwhile";
+}
+
 // One pending question as a form: its text, options as buttons, a text box when free text is allowed.
 function questionCard(q, send, context) {
   const card = h("div", { class: "card pending", "data-interaction": q.id });
   for (const text of q.questions) card.append(h("div", { class: "question" }, text));
   const waits = runStopped(q) ? (OVER_STATUSES.includes(q.run_status) ? "the run has ended" : "nothing executes the run now")
-    : q.kind === "async" ? "the agent keeps working meanwhile" : "the run waits for this answer";
+    : waitsText(q);
   const expiry = q.expires_at ? [" · ", h("time", { datetime: q.expires_at, title: exact(q.expires_at), class: "left" }, left(q.expires_at))] : [];
   const reworded = q.revision ? [" · ", h("span", { class: "reworded" }, "reworded by its agent")] : [];
-  card.append(h("div", { class: "meta" }, `${context} · asked `, when(q.requested_at), ` · ${waits}`, ...expiry, ...reworded));
+  card.append(h("div", { class: "meta" }, `${context} · asked `, when(q.requested_at), " · ",
+    h("span", { class: "waits" }, waits), ...expiry, ...reworded));
   const note = runStateNote(q);
   if (note) card.append(note);
   const controls = h("div", { class: "controls" });
@@ -274,12 +289,12 @@ function questionCard(q, send, context) {
 }
 
 // Only what changed is drawn again: a question being typed into keeps its text box.
-function syncCards(list, items, key, make) {
+function syncCards(list, items, key, make, update = null) {
   const existing = new Map([...list.children].filter((c) => c.dataset.key).map((c) => [c.dataset.key, c]));
   const wanted = items.map((item) => {
     const k = key(item);
     let card = existing.get(k);
-    if (!card) { card = make(item); card.dataset.key = k; }
+    if (!card) { card = make(item); card.dataset.key = k; } else if (update) update(card, item);
     return card;
   });
   // Remove and insert only what changed: a card that stays is never taken out of the page,
@@ -384,7 +399,7 @@ function render({ model, el }) {
     const scope = model.get("scope");
     if (!pending.length) { list.replaceChildren(h("div", { class: "empty meta" }, "Nothing is waiting for an answer.")); return; }
     if (list.firstChild && !list.firstChild.dataset.key) list.replaceChildren();
-    syncCards(list, pending, questionKey, (q) => questionCard(q, send, context(q, scope)));
+    syncCards(list, pending, questionKey, (q) => questionCard(q, send, context(q, scope)), updateWaits);
     if (lost) drawLost();
   };
   const drawLost = () => {

@@ -62,7 +62,8 @@ class NodeView:
         return self.note or self.state
 
 
-def _ended_as(event: Event) -> str | None:
+def ended_as(event: Event) -> str | None:
+    """``finished`` or ``failed`` for an event that ends a node's visit, else None."""
     if event.type == "node_finished":
         return "finished"
     if event.type == "node_failed":
@@ -96,7 +97,7 @@ def visits(
             open_[key] = visit
             found.append(visit)
             continue
-        how = _ended_as(event)
+        how = ended_as(event)
         if how is not None and key in open_:
             visit = open_.pop(key)
             visit.ended, visit.state = event.at, how
@@ -167,7 +168,7 @@ def node_views(
             continue
         if event.type == "node_started":
             started[event.node_id] = True
-        elif _ended_as(event) is not None:
+        elif ended_as(event) is not None:
             started[event.node_id] = False
     open_nodes = [node for node, is_open in started.items() if is_open]
     notes = waiting_notes(workflow, interactions, open_nodes)

@@ -12,7 +12,8 @@ import traitlets
 from iterion_nb.errors import NotFoundError
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction
-from iterion_nb.runtime.wire import interaction_json
+from iterion_nb.runtime.wire import interaction_json, waited_on
+from iterion_nb.view.askers import Askers
 from iterion_nb.widgets.common import (
     LIVE,
     STATIC,
@@ -63,6 +64,7 @@ class InboxWidget(Answering, anywidget.AnyWidget):
         self._known: dict[str, dict[str, Any]] = {}
         self._workflows: dict[str, str] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._askers = Askers()
         self.snapshots = Snapshots(self.snapshot)
         self.live = Live(store, run_id, self.refresh, interval)
         self.on_msg(self._on_msg)
@@ -78,14 +80,27 @@ class InboxWidget(Answering, anywidget.AnyWidget):
     def _pending_ids(self) -> set[str]:
         return set(self._known)
 
-    async def _shown(self, q: Interaction, status: str | None = None) -> dict[str, Any]:
-        """A question for the front-end, with its run's workflow name and status."""
+    async def _shown(
+        self, q: Interaction, status: str | None = None, waits: tuple[bool, bool] = (False, False)
+    ) -> dict[str, Any]:
+        """A question for the front-end, with its run's workflow name and status.
+
+        ``waits``: its run is paused at a sync point until it is answered; the node visit
+        that asked it has finished (see :mod:`iterion_nb.view.askers`).
+        """
         if q.run_id not in self._workflows:
             try:
                 self._workflows[q.run_id] = (await self.store.get_run(q.run_id)).workflow
             except NotFoundError:
                 self._workflows[q.run_id] = ""
-        return {**interaction_json(q), "workflow": self._workflows[q.run_id], "run_status": status}
+        workflow = self._workflows[q.run_id]
+        return {**interaction_json(q), "workflow": workflow, "run_status": status,
+                "waited_on": waits[0], "asker_finished": waits[1]}  # fmt: skip
+
+    def _waits(self, q: Interaction, waited: set[str]) -> tuple[bool, bool]:
+        """(the run waits for its answer at a sync point, the visit that asked it finished)."""
+        gate, finished = self._askers.waits(q)
+        return q.id in waited or gate, finished
 
     async def _statuses(self, run_ids: set[str]) -> dict[str, str]:
         """Each run's status now (a question of a run nothing executes says so)."""
@@ -102,11 +117,14 @@ class InboxWidget(Answering, anywidget.AnyWidget):
         """Read pending questions (and what left the list) from the store."""
         if getattr(self.store, "closed", False):
             return False
-        records = await self.store.pending_interactions(self.run_id)
-        records = [q for q in records if q.kind != "await"]
+        every = await self.store.pending_interactions(self.run_id)
+        waited = waited_on(every)
+        records = [q for q in every if q.kind != "await"]
         banner = self._banner.run_id if self._banner else ""
         statuses = await self._statuses({q.run_id for q in records} | {banner} - {""})
-        pending = [await self._shown(q, statuses.get(q.run_id)) for q in records]
+        await self._askers.read(self.store, records)
+        pending = [await self._shown(q, statuses.get(q.run_id), self._waits(q, waited))
+                   for q in records]  # fmt: skip
         ids = {q["id"] for q in pending}
         gone = [iid for iid in self._known if iid not in ids]
         history = list(self.history)

@@ -22,8 +22,9 @@ from iterion_nb.ir import compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
-from iterion_nb.runtime.wire import event_json, interaction_json
+from iterion_nb.runtime.wire import event_json, interaction_json, waited_on
 from iterion_nb.view import graph_layout, graph_svg
+from iterion_nb.view.askers import Askers
 from iterion_nb.view.states import NodeView, Visit, node_views
 from iterion_nb.view.usage import usage
 from iterion_nb.widgets.common import STATIC, AnswerFn, Answering, ended_text
@@ -96,6 +97,7 @@ class RunWidget(Answering, anywidget.AnyWidget):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._seq = 0
         self._events: list[Event] = []
+        self._askers = Askers()  # what each question's card says of who waits for it
         self._interactions: list[Interaction] = []
         self._views: dict[str, NodeView] = {}
         self._visits: list[Visit] = []
@@ -138,6 +140,7 @@ class RunWidget(Answering, anywidget.AnyWidget):
         if fresh:
             self._events.extend(fresh)
             self._seq = fresh[-1].seq
+            self._askers.feed(self.run_id, fresh)
         self._interactions = await self.store.interactions(self.run_id)
         self._run = run
         self._views, self._visits = node_views(
@@ -165,8 +168,14 @@ class RunWidget(Answering, anywidget.AnyWidget):
         saved = (run.checkpoint or {}).get("usage", {})
         self.usage = usage(self._events, run.status, saved).as_json(budget)
         self.events = [{**event_json(e), "summary": summary(e)} for e in self._events[-RECENT:]]
+        waited = waited_on(self._interactions)
         self.questions = [
-            {**interaction_json(q), "run_status": run.status}
+            {
+                **interaction_json(q),
+                "run_status": run.status,
+                "waited_on": q.id in waited or self._askers.waits(q)[0],
+                "asker_finished": self._askers.waits(q)[1],
+            }
             for q in self._interactions
             if q.kind != "await"
         ]

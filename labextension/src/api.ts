@@ -32,6 +32,10 @@ export interface IQuestion {
   end_reason?: string | null;
   /** How many times its agent reworded it. */
   revision?: number;
+  /** Its run is paused at a sync point (`await_answers`) until it is answered. */
+  waited_on?: boolean;
+  /** The node visit that asked it (an async question) has finished. */
+  asker_finished?: boolean;
 }
 
 export interface IRun {

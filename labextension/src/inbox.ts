@@ -62,8 +62,18 @@ export function origin(q: IQuestion): string {
   return `${where} · run ${q.run_id}`;
 }
 
+/**
+ * Who goes on while the question waits: the run stops for a blocking one, and for an
+ * async one its sync point (`await_answers`) waits on; otherwise its agent works on,
+ * or has finished without the answer.
+ */
 export function waits(q: IQuestion): string {
-  return q.kind === 'async' ? 'the agent keeps working meanwhile' : 'the run waits for this answer';
+  if (q.kind !== 'async' || q.waited_on) {
+    return 'the run waits for this answer';
+  }
+  return q.asker_finished
+    ? 'its agent has finished; a later step may read the answer'
+    : 'the agent keeps working meanwhile';
 }
 
 /** An answer as a person reads it: an option's label rather than its id. */
@@ -411,7 +421,7 @@ export class InboxPanel extends Widget {
  * in place when the run's status changes (the card keeps what is typed in it).
  */
 function drawRunState(card: HTMLElement, q: IQuestion): void {
-  const status = q.run_status ?? '';
+  const status = `${q.run_status ?? ''}#${waits(q)}`;
   if (card.dataset.runStatus === status) {
     return;
   }

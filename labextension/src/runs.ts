@@ -75,7 +75,9 @@ export class RunsPanel extends Widget {
     syncChildren(
       this._list,
       runs,
-      r => `${r.id}|${r.status}|${r.updated_at}|${asking.get(r.id) ?? 0}|${r.owner?.pid ?? ''}`,
+      r =>
+        `${r.id}|${r.status}|${r.updated_at}|${asking.get(r.id) ?? 0}|${r.owner?.pid ?? ''}` +
+        `|${this._cancelling.has(r.id)}`,
       r => this._row(r, asking.get(r.id) ?? 0)
     );
   }
@@ -95,10 +97,30 @@ export class RunsPanel extends Widget {
         )
       );
     }
-    if (CANCELLABLE.includes(run.status)) {
+    if (this._cancelling.has(run.id)) {
+      // the request waits (up to half a minute) for the run's owner to stop it
+      buttons.append(
+        h(
+          'button',
+          {
+            type: 'button',
+            class: 'iterion-cancel',
+            disabled: true,
+            'aria-busy': 'true',
+            title: `waiting for run ${run.id} to stop`
+          },
+          'Cancelling…'
+        )
+      );
+    } else if (CANCELLABLE.includes(run.status)) {
       buttons.append(
         button('Cancel', 'iterion-cancel', `cancel run ${run.id} (it stays resumable)`, () => {
-          void this.actions.cancel(run);
+          this._cancelling.add(run.id);
+          this._draw();
+          void this.actions.cancel(run).finally(() => {
+            this._cancelling.delete(run.id);
+            this._draw();
+          });
         })
       );
     }
@@ -128,6 +150,8 @@ export class RunsPanel extends Widget {
     );
   }
 
+  /** Runs whose cancel request is in flight: their button says so and takes no click. */
+  private readonly _cancelling = new Set<string>();
   private readonly _head: HTMLElement;
   private readonly _list: HTMLElement;
   private readonly _timer: number;

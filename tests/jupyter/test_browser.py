@@ -424,8 +424,10 @@ def test_quickstart_click_an_option_then_run_the_rest(lab: dict[str, Any], page:
         "Should the notes be formal or casual?"
     )
     assert option.inner_text() == "Formal"  # the option's label, not its id
-    meta = page.locator(".iterion-inbox .card.pending .meta").first.inner_text()
-    assert meta.startswith("writer in release_notes · asked just now")
+    meta = page.locator(".iterion-inbox .card.pending .meta").first
+    assert meta.inner_text().startswith("writer in release_notes · asked just now")
+    # the writer has finished and the gate waits for this answer: the card says so (in place)
+    meta.locator(".waits", has_text="the run waits for this answer").wait_for(timeout=30_000)
     assert page.locator(".iterion-inbox .card.pending time").first.get_attribute("title")
     option.click()
     page.locator(".iterion-inbox .result.ok").wait_for(timeout=30_000)

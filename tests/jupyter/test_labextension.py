@@ -235,8 +235,11 @@ def pending_run(page: Any, count: int) -> str:
     head = group.locator(".iterion-group-head").inner_text()
     assert head.startswith("gatherer in release_notes · run ")
     assert group.locator(".iterion-card.pending").count() == 2  # one node's questions together
-    meta = cards.first.locator(".iterion-meta").inner_text()
-    assert meta == "asked just now · the agent keeps working meanwhile"
+    # the gatherer has finished and the gate waits for these answers: the cards say so
+    meta = cards.first.locator(".iterion-meta")
+    waits = meta.filter(has_text="the run waits for this answer")
+    waits.wait_for(state="attached", timeout=30_000)  # the sidebar may be closed
+    assert meta.inner_text() == "asked just now · the run waits for this answer"
     return head.rsplit(" ", 1)[-1]
 
 
@@ -374,7 +377,7 @@ def test_a_question_of_a_run_not_running_says_how_to_resume_it(
     open_lab(page, lab)
     proc = cli_run(lab)
     try:
-        run_id = pending_run(page, 2)  # live: "the agent keeps working meanwhile"
+        run_id = pending_run(page, 2)  # live: "the run waits for this answer" (at the gate)
         cards = page.locator(f"{INBOX} .iterion-card.pending")
         assert cards.locator(".iterion-run-state:visible").count() == 0
         at_the_gate(lab, run_id)
@@ -399,8 +402,19 @@ def test_a_question_of_a_run_not_running_says_how_to_resume_it(
     # cancelled from the runs panel: the question left says that
     run_command(page, "iterion:open-runs")
     row = page.locator(f"{RUNS} .iterion-runs-row[data-run='{run_id}']")
+    # while the request waits for the run to stop, the button says so and takes no click
+    page.evaluate(
+        """() => { window.iterionSawCancelling = false;
+            new MutationObserver(() => {
+                const b = document.querySelector(
+                    '.iterion-runs-row button.iterion-cancel[disabled]');
+                if (b && b.textContent === 'Cancelling…') window.iterionSawCancelling = true;
+            }).observe(document.body, {subtree: true, childList: true, attributes: true}); }"""
+    )
     row.locator("button.iterion-cancel").click()
     row.locator(".iterion-status[data-status=cancelled]").wait_for(timeout=30_000)
+    assert page.evaluate("() => window.iterionSawCancelling")
+    assert row.locator("button.iterion-cancel").count() == 0  # nothing left to cancel
     run_command(page, "iterion:open-inbox")
     left = cards.filter(has_text="Which feature should come first?")
     left.locator(".iterion-run-state", has_text=f"Run {run_id} is cancelled.").wait_for(
@@ -412,7 +426,7 @@ def test_a_question_of_a_run_not_running_says_how_to_resume_it(
     try:
         left.locator(".iterion-run-state").wait_for(state="hidden", timeout=60_000)
         meta = left.locator(".iterion-meta").inner_text()
-        assert meta.endswith(" · the agent keeps working meanwhile"), meta
+        assert meta.endswith(" · the run waits for this answer"), meta  # at the gate again
         saved.wait_for(state="detached", timeout=10_000)
         box = left.locator("input.iterion-free-text")
         box.fill("the inbox first")

@@ -54,6 +54,67 @@ def louder(text: str) -> str:
     return text.upper()
 
 
+#: Released by the test: the writer's work after it asked (stands for slow work).
+WORKING: dict[str, asyncio.Event] = {}
+
+
+@it.tool
+async def keep_working() -> str:
+    """Work on until the test says the work is done."""
+    await WORKING["done"].wait()
+    return "drafted"
+
+
+ASKS_THEN_WORKS = """\
+schema draft:
+  text: string
+
+agent writer:
+  model: "scripted"
+  tools: [keep_working]
+  interaction: async
+  output: draft
+
+await_answers gate:
+  from: writer
+  timeout: "5m"
+
+workflow notes:
+  entry: writer
+  writer -> gate
+  gate -> done
+"""
+
+
+async def test_a_question_card_says_who_waits_for_it_as_the_run_goes_on(
+    session: Session,
+) -> None:
+    """An async card read "the agent keeps working meanwhile" after its agent had finished
+    and while the gate waited for exactly that answer."""
+    WORKING["done"] = asyncio.Event()
+    script = {"nodes": {"writer": [
+        {"tool_calls": [{"name": "ask_user_async", "input": {"question": "Tone?"}}]},
+        {"tool_calls": [{"name": "keep_working", "input": {}}]},
+        {"output": {"text": "a draft"}},
+    ]}}  # fmt: skip
+    run = await session.start(it.compile(ASKS_THEN_WORKS), scenario=script)
+    widget = RunWidget(session.store, run.id)
+    inbox = InboxWidget(session.store, None, run.id)
+
+    def says() -> set[tuple[bool, bool]]:
+        shown = [q for q in widget.questions if not q["answered_at"]] + inbox.pending
+        return {(q["waited_on"], q["asker_finished"]) for q in shown}
+
+    await until(lambda: len(inbox.pending) == 1 and widget.states.get("writer") == "running")
+    assert says() == {(False, False)}  # the agent works on beside its question
+    WORKING["done"].set()
+    await until(lambda: widget.states.get("gate") == "waiting")
+    await until(lambda: says() == {(True, True)})  # its agent finished; the gate waits for it
+    widget.close()
+    inbox.close()
+    await run.cancel()
+
+
 @pytest.fixture
 async def session(tmp_path: Path) -> AsyncIterator[Session]:
     s = Session(tmp_path / "store")

@@ -323,3 +323,49 @@ async def test_each_sidebar_question_carries_its_runs_status() -> None:
         "stopped": "cancelled",
     }
     await store.close()
+
+
+async def test_a_sidebar_question_says_whether_its_agent_or_its_run_waits_for_it() -> None:
+    """An async question stopped reading "the agent keeps working" when that was no longer so.
+
+    ``asker_finished``: the node visit that asked it has finished (read from the run's
+    events, then only the new ones on the next snapshot); ``waited_on``: an open
+    ``await_answers`` step waits on its node's questions, or a paused run's ``await``
+    record lists it.
+    """
+    from datetime import UTC, datetime
+
+    from iterion_nb.runtime.records import Interaction, Run
+    from iterion_nb.server.inbox import snapshot
+    from iterion_nb.store import MemoryStore
+    from iterion_nb.view.askers import Askers
+
+    store = MemoryStore()
+    t0 = datetime.now(UTC)
+    await store.create_run(Run("r1", "w", "h", "running", t0, t0))
+    await store.append_event("r1", "node_started", node_id="writer", branch_id="b0")
+    await store.append_event("r1", "node_started", node_id="critic", branch_id="b1")
+    for iid, node, branch in (("q1", "writer", "b0"), ("q2", "critic", "b1")):
+        await store.add_interaction(
+            Interaction(iid, "r1", node, "async", (iid,), datetime.now(UTC), branch_id=branch)
+        )
+    askers = Askers()
+
+    async def flags() -> dict[str, tuple[bool, bool]]:
+        shown = (await snapshot(store, askers))["pending"]
+        return {q["id"]: (q["asker_finished"], q["waited_on"]) for q in shown}
+
+    assert await flags() == {"q1": (False, False), "q2": (False, False)}
+    await store.append_event("r1", "node_finished", node_id="writer", branch_id="b0")
+    await store.append_event("r1", "node_started", node_id="writer", branch_id="b0")  # again
+    assert await flags() == {"q1": (True, False), "q2": (False, False)}
+    assert (await snapshot(store))["pending"][0]["asker_finished"]  # read whole: the same
+    # an await_answers step on the writer's questions starts: the run waits for q1
+    gate = {"kind": "await_answers", "input": {}, "from": "writer"}
+    await store.append_event("r1", "node_started", gate, node_id="gate", branch_id="b0")
+    assert await flags() == {"q1": (True, True), "q2": (False, False)}
+    # the critic's agent pauses the run on q2 (its await_answers tool): an await record
+    await store.add_interaction(Interaction("r1-critic-await", "r1", "critic", "await", ("…",),
+                                            datetime.now(UTC), waits_on=("q2",)))  # fmt: skip
+    assert await flags() == {"q1": (True, True), "q2": (False, True)}
+    await store.close()
