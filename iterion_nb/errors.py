@@ -170,7 +170,8 @@ class RunOwnedError(ResumeError):
             super().__init__(
                 f"run '{run_id}' waits in a cluster's queue since {when} (queued by process"
                 f" {pid} on host '{host}'): the first worker that takes it up runs it; if"
-                " none does within a minute, it reads interrupted and can be resumed"
+                " no worker is up to take it within a minute, it reads interrupted and can be"
+                " resumed"
             )
             return
         super().__init__(

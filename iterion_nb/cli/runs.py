@@ -132,6 +132,11 @@ def add_commands(sub: Any) -> None:
     )
     answer.add_argument("--json-value", action="store_true", help="read the answer as JSON")
     answer.add_argument("--as", dest="answered_by", default="cli", help="who answers")
+    answer.add_argument(
+        "--cluster", metavar="ADDRESS",
+        help="a run it lets go on that no cluster executed yet goes to this Dask cluster"
+        " (default: ITERION_NB_CLUSTER)",
+    )  # fmt: skip
     _common(answer)
     add_follow(verbs, _common)
     resume = sub.add_parser("resume", help="resume a paused, failed or cancelled run here")
@@ -261,7 +266,7 @@ async def _ours(session: Session, err: AlreadyAnsweredError, answer: Any, who: s
 
 async def _direct(args: argparse.Namespace, action: str, retried: bool = False) -> Any:
     # an answer may resume a paused run here: then this process serves the file meanwhile
-    session = _session(args.store, serve=action == "answer")
+    session = _session(args.store, serve=action == "answer", cluster=getattr(args, "cluster", None))
     service = SessionService(session)
     try:
         if action == "list":

@@ -40,8 +40,10 @@ async def copy_runs(src: Store, dst: Store, only: list[str]) -> dict[str, Any]:
     for run_id in ids:
         run = await src.get_run(run_id)
         if run.lease is not None:
-            skipped.append({"id": run_id, "why": f"{run.status} in the source (owned by"
-                            f" process {run.lease.pid} on {run.lease.host})"})  # fmt: skip
+            held = run.lease
+            how = (f"waits in a cluster's queue (queued by process {held.pid} on {held.host})"
+                   if held.queued else f"owned by process {held.pid} on {held.host}")  # fmt: skip
+            skipped.append({"id": run_id, "why": f"{run.status} in the source ({how})"})
             continue
         bundle = await src.export_run(run_id)
         try:

@@ -269,7 +269,7 @@ class DaskExecutor:
 
         future = self.client.submit(
             execute_run, self.store_spec, run_id, take_from,
-            key=f"iterion-run-{run_id}-{take_from}", pure=False,
+            key=queued_key(run_id, take_from), pure=False,
         )  # fmt: skip
         distributed.fire_and_forget(future)  # type: ignore[no-untyped-call]
 
@@ -277,6 +277,11 @@ class DaskExecutor:
         """Let go of the client (runs go on on the cluster)."""
         if self._client is not None and self._client is not self.cluster:
             self._client.close()
+
+
+def queued_key(run_id: str, take_from: str) -> str:
+    """The scheduler's key of the task that takes ``run_id`` over from the queue ``take_from``."""
+    return f"iterion-run-{run_id}-{take_from}"
 
 
 def check_tools_reach_workers(wf: Any) -> None:
@@ -356,8 +361,10 @@ def submit_resumes(client: Any, store_spec: str, runs: list[Run]) -> None:
 __all__ = [
     "CLUSTER_ENV",
     "CLUSTER_TAKES",
+    "QUEUE_TTL",
     "DaskExecutor",
     "execute_run",
+    "queued_key",
     "reach_scheduler",
     "submit_resumes",
     "worker_store",

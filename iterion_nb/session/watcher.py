@@ -20,14 +20,16 @@ import distributed
 
 from iterion_nb.errors import IterionError
 from iterion_nb.runtime.answers import ready_to_resume
-from iterion_nb.runtime.ownership import DEFAULT_TTL
+from iterion_nb.runtime.ownership import DEFAULT_TTL, Claimant
 from iterion_nb.runtime.ports import Store
-from iterion_nb.runtime.records import Interaction, Run
+from iterion_nb.runtime.records import Interaction, Run, utcnow
 from iterion_nb.session.cluster import (
     CONNECT_TIMEOUT,
     EXECUTOR,
+    QUEUE_TTL,
     SCAN_INTERVAL,
     log,
+    queued_key,
     submit_resumes,
     worker_store,
 )
@@ -177,6 +179,7 @@ class RunWatcher(distributed.WorkerPlugin):
         One query for the open questions decides which paused runs have all
         their answers (not one look per parked run).
         """
+        await self._keep_queued(store)
         open_ = {q.id: q for q in await store.pending_interactions()}
         ready = []
         for run in await store.list_runs(status="interrupted", limit=100_000):
@@ -187,6 +190,41 @@ class RunWatcher(distributed.WorkerPlugin):
             if ours and _answered(run, open_) and await self._goes_on(store, run, checked=True):
                 ready.append(run)
         await self._submit(ready)
+
+    async def _keep_queued(self, store: Store) -> None:
+        """Renew the queue lease of each run whose task still waits in this scheduler's queue.
+
+        A queued run's lease (:data:`QUEUE_TTL`) is what tells a run that waits for a
+        free worker from one that nothing will take (no worker, or a scheduler that lost
+        its task): the first reads ``running`` for as long as the backlog lasts, the
+        second ``interrupted`` once the lease lapses — then this watcher submits it anew.
+        """
+        now = utcnow()
+        due = [
+            run
+            for status in ("running", "interrupted")
+            for run in await store.list_runs(status=status, limit=100_000)
+            if run.lease is not None and run.lease.queued
+            and (run.lease.expires_at - now).total_seconds() < QUEUE_TTL / 2
+        ]  # fmt: skip
+        if not due:
+            return
+        keys = {queued_key(run.id, run.lease.owner): run for run in due if run.lease is not None}
+        try:
+            async with distributed.Client(  # type: ignore[no-untyped-call]
+                self._scheduler, security=self._security, asynchronous=True,
+                set_as_default=False, timeout=f"{CONNECT_TIMEOUT:.0f}s",
+            ) as client:  # fmt: skip
+                states = await client.scheduler.get_task_status(keys=list(keys))
+        except (OSError, TimeoutError) as err:  # the scheduler is away: its queue with it
+            log.debug("iterion_nb watcher: cannot read the queue: %s", err)
+            return
+        for key, state in states.items():
+            run = keys[key]
+            if state in (None, "memory", "erred", "released", "forgotten") or run.lease is None:
+                continue  # not waiting there (any more): nothing to keep
+            held = Claimant(run.lease.owner, run.lease.pid, run.lease.host, QUEUE_TTL)
+            await store.renew_leases(held, [run.id])
 
     async def _considered(self, store: Store, run_id: str) -> Run | None:
         """The run ``run_id``, if it can go on now (its ring may be about something else)."""

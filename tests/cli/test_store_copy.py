@@ -84,3 +84,27 @@ def test_a_source_that_is_no_store_is_named_and_nothing_is_made(tmp_path: Path) 
         " created: `iterion-nb run` makes one; SRC names another)\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_waiting_in_a_clusters_queue_is_skipped_as_queued(tmp_path: Path) -> None:
+    """Once named as `owned by process N` — the process that queued it, long gone."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from iterion_nb.runtime.ownership import Claimant
+    from iterion_nb.runtime.records import Run
+    from iterion_nb.store import open_duckdb_store
+
+    async def queue_one() -> None:
+        store = open_duckdb_store(tmp_path / "a")
+        now = datetime.now(UTC)
+        await store.create_run(Run("q1", "w", "h", "running", now, now),
+                               owner=Claimant.queue(600))  # fmt: skip
+        await store.close()
+
+    asyncio.run(queue_one())
+    copied = cli("store", "copy", "a", "b", "--json", cwd=tmp_path)
+    assert copied.returncode == 0, copied.stderr
+    (skipped,) = json.loads(copied.stdout)["skipped"]
+    assert skipped["id"] == "q1"
+    assert skipped["why"].startswith("running in the source (waits in a cluster's queue (queued by")

@@ -281,6 +281,35 @@ async def test_two_sessions_racing_to_resume_on_the_cluster_run_it_once(
     assert ran(tmp_path) == Counter({"before": 1, "after": 1})
 
 
+async def test_a_run_queued_behind_busy_workers_reads_running_not_interrupted(
+    session: Session, tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a run that waited over a minute for a free worker read `interrupted`, as if lost.
+
+    The queue's lease is what tells the two apart: the workers' watchers renew it
+    while the scheduler still has the run's task. Here it is made to lapse after
+    10 s unless renewed; the 4 worker threads are all busy for longer.
+    """
+    from iterion_nb.session import cluster as cluster_module
+
+    busy = [await session.start(it.compile(SLOW_FIRST)) for _ in range(4)]
+
+    async def all_busy() -> bool:
+        return ran(tmp_path)["slow"] == 4
+
+    await until(all_busy, timeout=60)
+    monkeypatch.setattr(cluster_module, "QUEUE_TTL", 10.0)
+    queued = await session.start(it.compile(SLOW_FIRST))
+    await asyncio.sleep(16)  # past the lease it was queued with
+    record = await queued.refresh()
+    assert record.status == "running" and record.lease is not None and record.lease.queued
+    assert ran(tmp_path)["slow"] == 4  # still waiting for a thread
+    (tmp_path / "go").touch()
+    for run in [*busy, queued]:
+        assert await run.wait(60) == "finished", run.error
+    assert ran(tmp_path) == Counter({"slow": 5, "two": 5})  # none ran twice
+
+
 def test_the_cli_runs_on_the_cluster_and_detaches(tmp_path: Path, cluster: Any) -> None:
     flow = tmp_path / "gate.iter"
     flow.write_text(GATE)

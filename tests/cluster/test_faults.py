@@ -484,13 +484,15 @@ workflow w:
 """
 
 
+@pytest.mark.parametrize("named_by", ["env", "flag"])
 async def test_answering_a_run_started_here_resumes_it_on_the_cluster_and_returns(
-    chdir: Path, postgres_url: str
+    chdir: Path, postgres_url: str, named_by: str
 ) -> None:
-    """A run that executed in a CLI (no cluster) is answered with a cluster at hand:
-    the answering command hands it over and returns while the run goes on. From then on
-    it is a cluster run: answered again from a command that names no cluster, a worker
-    resumes it, not that command."""
+    """A run that executed in a CLI (no cluster) is answered with a cluster at hand
+    (``ITERION_NB_CLUSTER``, or ``--cluster`` as docs/scale-out.md says): the answering
+    command hands it over and returns while the run goes on. From then on it is a
+    cluster run: answered again from a command that names no cluster, a worker resumes
+    it, not that command."""
     store = schema_url(postgres_url)
     cluster = await asyncio.to_thread(CliCluster, chdir, 1, store)
     flow = chdir / "flow.iter"
@@ -502,9 +504,10 @@ async def test_answering_a_run_started_here_resumes_it_on_the_cluster_and_return
         listed = await asyncio.to_thread(_cli, chdir, "runs", "questions", run_id,
                                          "--store", store, "--json")  # fmt: skip
         (question,) = json.loads(listed.stdout)["interactions"]
+        flag = ["--cluster", cluster.address] if named_by == "flag" else []
         answered = await asyncio.to_thread(
             _cli, chdir, "runs", "answer", run_id, question["id"], "yes", "--store", store,
-            env={"ITERION_NB_CLUSTER": cluster.address},
+            *flag, env={"ITERION_NB_CLUSTER": cluster.address} if named_by == "env" else {},
         )  # fmt: skip
         assert answered.returncode == 0, answered.stderr
         assert (
