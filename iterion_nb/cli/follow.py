@@ -202,10 +202,12 @@ _DETAILS: dict[str, Callable[[dict[str, Any]], str]] = {
     "interaction_answered": lambda d: f": {d.get('interaction_id')} by {d.get('answered_by')}",
     "run_paused": lambda d: f": waiting on {d.get('interaction_id')}",
     "artifact_written": lambda d: f": {d.get('name')} v{d.get('version')}",
+    # who executes the run from here (a resume after a crash: the process taking over)
     **dict.fromkeys(
-        ("node_started", "run_started", "run_resumed", "run_cancelled", "run_finished"),
-        lambda d: "",
+        ("run_started", "run_resumed"),
+        lambda d: f": process {d['pid']} on {d.get('host')}" if "pid" in d else "",
     ),
+    **dict.fromkeys(("node_started", "run_cancelled", "run_finished"), lambda d: ""),
 }
 
 

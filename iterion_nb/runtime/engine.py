@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from iterion_nb import safe_data
 from iterion_nb.errors import LeaseLostError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.ir.evaluate import ExpressionError, evaluate, truthy
+from iterion_nb.runtime.ownership import this_host
 from iterion_nb.runtime.ports import Backend, Store
 from iterion_nb.runtime.records import RunStatus
 from iterion_nb.runtime.scope import RenderError, Scope, loop_bound
@@ -195,7 +197,9 @@ class Engine:
     # -- the run -----------------------------------------------------------
     async def run(self, resumed: bool = False) -> RunStatus:
         """Run until the next stop; record it and return the status."""
-        await self.event_for(None, None)("run_resumed" if resumed else "run_started", {})
+        # which process executes it from here: a resume after a crash names the one taking over
+        where = {"pid": os.getpid(), "host": this_host()}
+        await self.event_for(None, None)("run_resumed" if resumed else "run_started", where)
         if not resumed:  # a checkpoint from the start (with the event, in one batch): whoever
             await self._save()  # takes the run over resumes it, and never starts it twice
         watchdog = asyncio.ensure_future(self._watch_duration())

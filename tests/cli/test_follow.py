@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -138,6 +139,23 @@ def test_it_prints_each_event_as_it_happens_then_the_run_s_end(tmp_path: Path) -
     assert records[-1]["run"]["status"] == "finished" and records[-1]["run"]["id"] == run_id
 
 
+def started_pid(store: str, run_id: str) -> int:
+    """The pid the run's ``run_started`` event names."""
+    import asyncio
+
+    from iterion_nb.store import open_duckdb_store
+
+    async def read() -> int:
+        opened = open_duckdb_store(store)
+        try:
+            first = (await opened.events(run_id, limit=1))[0]
+        finally:
+            await opened.close()
+        return int(first.data["pid"])
+
+    return asyncio.run(read())
+
+
 def test_text_lines_name_the_nodes_and_what_they_gave(tmp_path: Path) -> None:
     (tmp_path / "w.iter").write_text(GATE.replace("human gate", "tool gate").replace(
         'instructions: "Ship it?"', 'command: "echo gate"'))  # fmt: skip
@@ -149,7 +167,9 @@ def test_text_lines_name_the_nodes_and_what_they_gave(tmp_path: Path) -> None:
     assert followed.returncode == 0, followed.stderr
     lines = followed.stdout.splitlines()
     shapes = [line[10:].split()[:2] for line in lines[:-1]]  # after the HH:MM:SS
-    assert shapes[0] == ["run_started"]
+    # who executed the run: the `run` command's process, on this host
+    assert lines[0].split()[1:] == ["run_started", "process", str(started_pid(store, run_id)),
+                                    "on", socket.gethostname()]  # fmt: skip
     assert ["node_started", "before"] in shapes and ["tool_called", "before:"] in shapes
     assert any(line.endswith("edge_selected         gate -> after") for line in lines)
     assert lines[-1] == f"run {run_id} is finished"

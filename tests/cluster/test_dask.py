@@ -428,8 +428,13 @@ async def test_a_worker_killed_with_its_nanny_mid_run_the_run_goes_on_elsewhere(
         # only the node in flight ran again
         assert counts == Counter({"one": 0 if first else 1, "slow": 2, "two": 1})
         assert victim not in pids(tmp_path, "two")
-        types = [e.type for e in await session.store.events(run.id)]
+        events = await session.store.events(run.id)
+        types = [e.type for e in events]
         assert types.count("run_started") == 1 and "run_resumed" in types, types
+        # the log names who executed the run, and who took it over
+        started = next(e for e in events if e.type == "run_started")
+        resumed = [e for e in events if e.type == "run_resumed"][-1]
+        assert started.data["pid"] == victim and resumed.data["pid"] in pids(tmp_path, "two")
     finally:
         await session.close()
         await asyncio.to_thread(cluster.close)
