@@ -328,6 +328,17 @@ class PendingHandler(BaseHandler):
         await self.guarded(act, run_id)
 
 
+class AllPendingHandler(BaseHandler):
+    """``GET /api/interactions/pending``: every run's unanswered questions, oldest first."""
+
+    async def get(self) -> None:
+        async def act() -> None:
+            found = await self.service.pending_all()
+            self.reply({"interactions": [interaction_json(i) for i in found]})
+
+        await self.guarded(act)
+
+
 class InteractionsHandler(BaseHandler):
     """``GET /api/runs/{id}/interactions``: every question, answered or not."""
 
@@ -530,6 +541,7 @@ def routes(
     seg = r"([^/]+)"
     table: list[tuple[str, type[BaseHandler]]] = [
         (r"/api/runs", RunsHandler),
+        (r"/api/interactions/pending", AllPendingHandler),
         (rf"/api/runs/{seg}", RunHandler),
         (rf"/api/runs/{seg}/events", EventsHandler),
         (rf"/api/runs/{seg}/interactions", InteractionsHandler),

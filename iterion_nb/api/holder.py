@@ -294,6 +294,10 @@ class StoreService:
         await self.store.get_run(run_id)
         return [i for i in await self.store.pending_interactions(run_id) if i.kind != "await"]
 
+    async def pending_all(self) -> list[Any]:
+        """Every run's unanswered questions, oldest first."""
+        return [i for i in await self.store.pending_interactions() if i.kind != "await"]
+
     async def interactions(self, run_id: str) -> list[Any]:
         """Every question of a run (not the synthetic ``await`` records)."""
         return [i for i in await self.store.interactions(run_id) if i.kind != "await"]

@@ -40,6 +40,10 @@ class RunService(Protocol):
         """Every question of a run, answered or not, with its answer and who gave it."""
         ...
 
+    async def pending_all(self) -> list[Interaction]:
+        """Every run's unanswered questions, oldest first."""
+        ...
+
     async def answer(
         self, run_id: str, interaction_id: str, answer: Any, answered_by: str
     ) -> dict[str, Any]:

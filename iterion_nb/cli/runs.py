@@ -113,10 +113,12 @@ def add_commands(sub: Any) -> None:
     verbs.choices["list"].add_argument(
         "--limit", type=limit_arg, default=50, help=f"at most this many (1 to {MAX_LIST_LIMIT:,})"
     )
-    for verb, text in (("show", "one run"), ("questions", "a run's pending questions")):
-        parser = verbs.add_parser(verb, help=text)
-        parser.add_argument("run_id", type=id_arg)
-        _common(parser)
+    shown = verbs.add_parser("show", help="one run")
+    shown.add_argument("run_id", type=id_arg)
+    _common(shown)
+    asked = verbs.add_parser("questions", help="a run's pending questions (no RUN_ID: every run's)")
+    asked.add_argument("run_id", type=id_arg, nargs="?")
+    _common(asked)
     pinned = verbs.add_parser("answers", help="a run's answers, to replay in another run")
     pinned.add_argument("run_id", type=id_arg)
     pinned.add_argument(
@@ -279,9 +281,10 @@ async def _direct(args: argparse.Namespace, action: str, retried: bool = False) 
             ]
             return run
         if action == "questions":
-            return {
-                "interactions": [interaction_json(i) for i in await service.pending(args.run_id)]
-            }
+            found = (
+                await service.pending(args.run_id) if args.run_id else await service.pending_all()
+            )
+            return {"interactions": [interaction_json(i) for i in found], "all": not args.run_id}
         if action == "answers":
             record = await service.get_run(args.run_id)
             asked = await service.interactions(args.run_id)
@@ -382,7 +385,7 @@ _SERVING_WORKERS = (
 
 
 async def _remote(client: HttpClient, args: argparse.Namespace, action: str) -> Any:
-    base = f"/api/runs/{args.run_id}" if hasattr(args, "run_id") else "/api/runs"
+    base = f"/api/runs/{args.run_id}" if getattr(args, "run_id", None) else "/api/runs"
     if action == "list":
         query = f"?limit={args.limit}" + (f"&status={args.status}" if args.status else "")
         return await client.call("GET", base + query)
@@ -392,7 +395,9 @@ async def _remote(client: HttpClient, args: argparse.Namespace, action: str) -> 
         run["interactions"] = (await client.call("GET", base + "/interactions"))["interactions"]
         return run
     if action == "questions":
-        return await client.call("GET", base + "/interactions/pending")
+        if not args.run_id:  # every run's
+            return {**await client.call("GET", "/api/interactions/pending"), "all": True}
+        return {**await client.call("GET", base + "/interactions/pending"), "all": False}
     if action == "answers":
         run = await client.call("GET", base)
         asked = (await client.call("GET", base + "/interactions"))["interactions"]
@@ -927,6 +932,8 @@ def _print(
     result: Any, action: str, as_json: bool, out: TextIO, args: argparse.Namespace | None = None
 ) -> None:
     if as_json:
+        if action == "questions":  # whether they are every run's: for the text only
+            result = {"interactions": result["interactions"]}
         out.write(json.dumps(result, indent=2, ensure_ascii=False, default=str) + "\n")
         return
     lines = _TEXT[action](result) if action in _TEXT else _answered(result, args)
@@ -966,13 +973,15 @@ def _asked(q: dict[str, Any]) -> str:
 
 
 def _questions(result: Any) -> list[str]:
+    """One line a question; every run's are each led by their run's id, to answer them by."""
     lines = []
     for q in result["interactions"]:
+        lead = f"{plain(q['run_id'])}  " if result.get("all") else ""
         choices = ", ".join(f"{o['id']}={o['label']}" for o in q["options"])
         suffix = f"  ({plain(choices)})" if choices else ""
         form = form_fields(q.get("accepts"))
         suffix += f"  (form: {plain(form)}; answer with --json-value)" if form else ""
-        lines.append(f"{plain(q['id'])}  [{plain(q['kind'])}] {plain(q['node_id'])}:"
+        lines.append(f"{lead}{plain(q['id'])}  [{plain(q['kind'])}] {plain(q['node_id'])}:"
                      f" {plain(q['question'])}{suffix}")  # fmt: skip
     return lines or ["no pending questions"]
 

@@ -218,6 +218,10 @@ class HolderOrFileService:
         """A run's unanswered questions."""
         return await (await self._ready()).pending(run_id)
 
+    async def pending_all(self) -> list[Any]:
+        """Every run's unanswered questions, oldest first."""
+        return await (await self._ready()).pending_all()
+
     async def interactions(self, run_id: str) -> list[Any]:
         """Every question of a run, with its answer."""
         return await (await self._ready()).interactions(run_id)

@@ -36,6 +36,10 @@ class SessionService:
         await self.session.store.get_run(run_id)
         return await self.session.run(run_id).pending_questions()
 
+    async def pending_all(self) -> list[Interaction]:
+        """Every run's unanswered questions, oldest first."""
+        return [i for i in await self.session.store.pending_interactions() if i.kind != "await"]
+
     async def interactions(self, run_id: str) -> list[Interaction]:
         """Every question of a run (not the synthetic ``await`` records)."""
         found = await self.session.store.interactions(run_id)

@@ -155,6 +155,17 @@ def test_run_reads(served: tuple[Raw, Path], run: str, after: str, tail: str) ->
 
 
 @FUZZ
+@given(query=QUERY)
+def test_every_runs_pending_questions(served: tuple[Raw, Path], query: str) -> None:
+    raw, folder = served
+    answer = check(*raw.send("GET", f"/api/interactions/pending?{query}"), folder)
+    if query:  # the route reads no query argument
+        assert answer["code"] == "unknown_parameter", answer
+    else:  # the seeded run's questions, each naming its run
+        assert {q["run_id"] for q in answer["interactions"]} == {"r1"}, answer
+
+
+@FUZZ
 @given(run=segment(RUNS), question=segment(QUESTIONS), body=body_of(ANSWER_SHAPE))
 def test_answer(served: tuple[Raw, Path], run: str, question: str, body: bytes) -> None:
     raw, folder = served
@@ -414,7 +425,7 @@ def test_nothing_was_written_by_refused_requests(served: tuple[Raw, Path]) -> No
 
 def test_every_route_is_fuzzed() -> None:
     served = {path for path, _, _ in routes(None, None)}  # type: ignore[arg-type]
-    assert len(served) == 9  # the run routes above cover each of them
+    assert len(served) == 10  # the run routes above cover each of them
 
 
 # -- the holder's own logging ------------------------------------------------------------------

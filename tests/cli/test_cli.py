@@ -377,6 +377,46 @@ def test_run_shows_each_question_as_asked_and_another_terminal_answers_it(
     assert f"run {run_id} (release_notes): finished" in out
 
 
+GATE = 'human gate:\n  instructions: "Ship it?"\n\nworkflow w:\n  entry: gate\n  gate -> done\n'
+
+
+def test_runs_questions_without_a_run_lists_every_runs(tmp_path: Path) -> None:
+    """With many parked runs, a person once had to loop over `runs list` to find what to answer.
+
+    On the file, then through the process that holds it (a run in the foreground).
+    """
+    store = str(tmp_path / "store")
+    (tmp_path / "gate.iter").write_text(GATE)
+    paused = [json.loads(run("run", "gate.iter", "--store", store, "--json",
+                             cwd=tmp_path).stdout)["id"] for _ in range(2)]  # fmt: skip
+    listed = run("runs", "questions", "--store", store, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == paused  # oldest first, led by the run's id
+    assert all("[human] gate: Ship it?" in line for line in lines), lines
+    as_json = json.loads(run("runs", "questions", "--store", store, "--json", cwd=tmp_path).stdout)
+    assert [q["run_id"] for q in as_json["interactions"]] == paused and len(as_json) == 1
+    first_run, first_question = lines[0].split()[:2]
+    given = run("runs", "answer", first_run, first_question, "yes", "--store", store, cwd=tmp_path)
+    assert given.returncode == 0, given.stderr
+    proc = subprocess.Popen(
+        [str(SCRIPT), "run", str(EXAMPLES / "async_questions.iter"), "--scenario",
+         str(EXAMPLES / "async_questions.scenario.yaml"), "--store", store],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        live = proc.stdout.readline().split()[1]
+        asked = [proc.stdout.readline().split()[1] for _ in range(2)]
+        through = run("runs", "questions", "--store", store, cwd=tmp_path)  # via the holder
+        assert through.returncode == 0, through.stderr
+        shown = [line.split()[:2] for line in through.stdout.splitlines()]
+        assert shown == [[paused[1], lines[1].split()[1]], *([live, q] for q in asked)]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_long_output_is_cut_with_an_ellipsis_and_shown_whole_in_json(tmp_path: Path) -> None:
     (tmp_path / "w.iter").write_text(
         "tool long:\n  command: \"python3 -c 'print(300 * chr(97))'\"\n\n"
