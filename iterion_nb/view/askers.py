@@ -33,13 +33,18 @@ class _Run:
 
 
 def asked_in_finished_visit(question: Interaction, visits: Iterable[Visit]) -> bool:
-    """Whether the visit of its node that asked ``question`` has finished."""
-    asking = [
-        v for v in visits
-        if v.node == question.node_id and v.branch == question.branch_id
-        and v.started <= question.requested_at
-    ]  # fmt: skip
-    return bool(asking) and asking[-1].state == "finished"
+    """Whether the visit of its node that asked ``question`` has finished.
+
+    A visit stopped by a pause, a cancel or a crash goes on in the next visit of
+    its node (the run resumed it): that one's state is the asker's.
+    """
+    same = [v for v in visits if v.node == question.node_id and v.branch == question.branch_id]
+    at = max((i for i, v in enumerate(same) if v.started <= question.requested_at), default=None)
+    if at is None:
+        return False
+    while same[at].state == "stopped" and at + 1 < len(same):
+        at += 1
+    return same[at].state == "finished"
 
 
 def gated(question: Interaction, gates: Mapping[Any, str]) -> bool:
@@ -68,11 +73,15 @@ class Askers:
             key = (event.branch_id, event.node_id)
             if event.type == "node_started":
                 run.gates.pop(key, None)
+                left = run.open.get(key)
+                if left is not None:  # stopped (a pause, a cancel, a crash), then run again
+                    left.ended, left.state = event.at, "stopped"
                 run.open[key] = Visit(event.node_id, event.branch_id, event.at)
                 run.visits.append(run.open[key])
                 data = event.data or {}
-                if data.get("kind") == "await_answers":
-                    run.gates[key] = str(data.get("from") or ALL)
+                if data.get("kind") == "await_answers" and "from" in data:
+                    # (a run recorded before steps named it: not known to wait on anything)
+                    run.gates[key] = str(data["from"] or ALL)
                 continue
             how = ended_as(event)
             if how is not None and key in run.open:
@@ -88,13 +97,21 @@ class Askers:
         return gated(question, run.gates), asked_in_finished_visit(question, run.visits)
 
     async def read(self, store: Any, questions: Sequence[Interaction]) -> None:
-        """Read the new events of the runs of the pending async ``questions``; forget the rest."""
-        runs = {q.run_id for q in questions if q.kind == "async" and q.pending}
-        for gone in set(self._runs) - runs:
+        """Read the new events of the runs of the pending async ``questions``; forget the rest.
+
+        Visits that ended before the oldest of a run's pending questions was asked
+        cannot have asked one: they are let go.
+        """
+        asked = [q for q in questions if q.kind == "async" and q.pending]
+        oldest = {q.run_id: q.requested_at for q in sorted(asked, key=lambda q: q.requested_at,
+                                                           reverse=True)}  # fmt: skip
+        for gone in set(self._runs) - oldest.keys():
             del self._runs[gone]
-        for run_id in sorted(runs):
+        for run_id in sorted(oldest):
             after = self._runs[run_id].after if run_id in self._runs else 0
             self.feed(run_id, await store.events(run_id, after=after))
+            run = self._runs[run_id]
+            run.visits = [v for v in run.visits if v.ended is None or v.ended >= oldest[run_id]]
 
 
 __all__ = ["ALL", "Askers", "asked_in_finished_visit", "gated"]

@@ -368,4 +368,12 @@ async def test_a_sidebar_question_says_whether_its_agent_or_its_run_waits_for_it
     await store.add_interaction(Interaction("r1-critic-await", "r1", "critic", "await", ("…",),
                                             datetime.now(UTC), waits_on=("q2",)))  # fmt: skip
     assert await flags() == {"q1": (True, True), "q2": (False, True)}
+    # the critic's visit stops (the run paused, or its process died), is run again, and
+    # finishes: the visit that asked q2 has finished, read anew or incrementally
+    await store.answer("r1-critic-await", {"answered": True}, answered_by="iterion")
+    await store.append_event("r1", "node_started", node_id="critic", branch_id="b1")
+    assert await flags() == {"q1": (True, True), "q2": (False, False)}
+    await store.append_event("r1", "node_finished", node_id="critic", branch_id="b1")
+    assert await flags() == {"q1": (True, True), "q2": (True, False)}
+    assert (await snapshot(store))["pending"][1]["asker_finished"]
     await store.close()
