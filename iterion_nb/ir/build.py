@@ -634,6 +634,8 @@ class Builder:
         """
         for name, decl in self.draft.node_decls.items():
             node = self.draft.nodes[name]
+            if not isinstance(node, m.AgentNode | m.HumanNode):
+                continue  # elsewhere the property itself is refused (C350)
             mode = getattr(node, "interaction", "none")
             for prop in decl.properties:
                 if prop.name not in ("interaction_model", "interaction_prompt"):

@@ -610,7 +610,10 @@ async def _run_shell(
 
 
 def _effort(node: m.Node) -> str | None:
-    """The node's ``reasoning_effort`` with its ``${ENV}`` read (an empty value: none).
+    """The node's ``reasoning_effort`` with its ``${ENV}`` read (unset or empty: none).
+
+    An unset variable is no effort, not a failure: no provider sends the effort yet,
+    and a node that would fail for it may come after costly ones.
 
     Raises:
         NodeError: The environment gives something that is not a level.
@@ -620,8 +623,8 @@ def _effort(node: m.Node) -> str | None:
         return None
     try:
         value = expand_env(effort).strip()
-    except VarsError as err:
-        raise NodeError(node.name, f"reasoning_effort: {err}") from None
+    except VarsError:
+        return None
     if value and value not in m.REASONING_EFFORTS:
         raise NodeError(
             node.name,

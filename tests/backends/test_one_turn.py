@@ -123,3 +123,19 @@ async def test_a_reasoning_effort_the_environment_spells_wrong_fails_the_router(
     assert await run.wait(10) == "failed_resumable"
     assert "reasoning_effort 'extreme'" in (run.error or "")
     await session.close()
+
+
+async def test_a_reasoning_effort_whose_variable_is_unset_is_no_effort(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It once failed the node, maybe after costly ones, for a setting no provider sends yet."""
+    monkeypatch.delenv("NO_SUCH_EFFORT", raising=False)
+    source = ANSWERED_BY_A_MODEL.replace("${PICK_EFFORT:-low}", "${NO_SUCH_EFFORT}")
+    assert "${NO_SUCH_EFFORT}" in source
+    scenario = {"nodes": {"pick": [{"text": "left"}], "approve": [{"text": "approved"}]}}
+    session = it.Session(MemoryStore(), scenario=scenario)
+    run = await session.start(it.compile(source))
+    assert await run.wait(10) == "finished", run.error
+    asked = {e.node_id: e.data for e in await run.events() if e.type == "llm_request"}
+    assert "reasoning_effort" not in asked["pick"]
+    await session.close()

@@ -241,3 +241,31 @@ workflow w:
 """
     )
     assert sorted({c for c, _, _, _ in found}) == ["C002"]
+
+
+def test_on_a_router_they_are_one_refusal_not_two() -> None:
+    """A property a router does not take is C350 alone (C366 once came with it)."""
+    found = codes(
+        HEAD
+        + """
+agent a:
+  model: "scripted"
+  user: p
+
+agent b:
+  model: "scripted"
+  user: p
+
+router r:
+  mode: fan_out_all
+  interaction_model: "x"
+
+workflow w:
+  entry: r
+  r -> a
+  r -> b
+  a -> done
+  b -> done
+"""
+    )
+    assert [c for c, *_ in found] == ["C350"]

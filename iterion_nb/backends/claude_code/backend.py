@@ -165,6 +165,8 @@ class _Session:
         #: Set when a question was refused: another process took the run over.
         self.lost: LeaseLostError | None = None
         self.stop_blocks = 0
+        #: The CLI names of MCP calls tool_policy refused (recorded then, not at the turn's end).
+        self.refused: list[str] = []
         self.skip: set[str] = set()
         self.cost = 0.0
         self._pending: dict[str, Any] = {}
@@ -294,11 +296,11 @@ class _Session:
         name = str(data.get("tool_name", ""))
         if name.startswith(PREFIX) or not name.startswith("mcp__"):
             return {}
-        server, _sep, tool = name.removeprefix("mcp__").partition("__")
-        reason = policy_refusal(self.node.tool_policy, f"{m.MCP_TOOL_PREFIX}{server}.{tool}")
+        reason = policy_refusal(self.node.tool_policy, self._policy_name(name))
         if reason is None:
             return {}
-        short = f"{server}__{tool}"
+        self.refused.append(name)
+        short = name.removeprefix("mcp__")
         await self.ctx.emit("tool_called", {"tool": short, "input": data.get("tool_input")})
         await self.ctx.emit(
             "tool_error", {"tool": short, "error": reason, "denied_by": "tool_policy"}
@@ -306,6 +308,19 @@ class _Session:
         return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
                                        "permissionDecision": "deny",
                                        "permissionDecisionReason": reason}}  # fmt: skip
+
+    def _policy_name(self, name: str) -> str:
+        """A CLI tool name as ``tool_policy`` and ``tools:`` name it (``mcp.SERVER.TOOL``).
+
+        The node's server names decide where the server's name ends (it may hold ``_``).
+        """
+        if name.startswith(PREFIX):
+            return name.removeprefix(PREFIX)
+        for server in sorted(self.request.mcp_servers, key=lambda s: len(s.name), reverse=True):
+            head = f"mcp__{server.name}__"
+            if name.startswith(head):
+                return f"{m.MCP_TOOL_PREFIX}{server.name}.{name.removeprefix(head)}"
+        return name
 
     @staticmethod
     def _end_session(reason: str) -> dict[str, Any]:
@@ -370,6 +385,8 @@ class _Session:
 
     async def _tool_failed(self, data: dict[str, Any], tool_use_id: str | None, _: Any) -> Any:
         """A call the CLI refused or that failed (unknown tool, input against the schema)."""
+        if policy_refusal(self.node.tool_policy, self._policy_name(str(data.get("tool_name")))):
+            return {}  # refused by tool_policy: recorded as such where it was refused
         name = str(data.get("tool_name", "")).removeprefix(PREFIX)
         # the CLI checks input against the schema in its own words, which may not name the
         # argument: the model is told ours as well, as on the in-process loop
@@ -529,6 +546,9 @@ class _Session:
         served = tuple(f"mcp__{server.name}__" for server in self.request.mcp_servers)
         for name in pending["calls"]:
             if name.startswith(served) and served:  # a tool of the node's MCP servers
+                if name in self.refused:  # tool_policy refused it: recorded then, not run
+                    self.refused.remove(name)
+                    continue
                 await self.ctx.emit("tool_called", {"tool": name.removeprefix("mcp__")})
                 continue
             if name not in offered:  # the CLI answers these itself; record them as we would
