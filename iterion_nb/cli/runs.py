@@ -707,6 +707,11 @@ async def _through_holder_or_file(args: argparse.Namespace, action: str) -> tupl
     if holder is None or db is None:
         return await _direct(args, action), False
     client = HttpClient(holder, db)
+    if getattr(args, "cluster", None):  # `runs answer --cluster`: the holder decides
+        sys.stderr.write(
+            f"iterion-nb: note: --cluster is not used: process {holder.pid}, which holds the"
+            " store, records the answer and decides where the run goes on\n"
+        )
     try:
         return await _remote(client, args, action), True
     except Unreachable:

@@ -179,7 +179,10 @@ class RunWatcher(distributed.WorkerPlugin):
         One query for the open questions decides which paused runs have all
         their answers (not one look per parked run).
         """
-        await self._keep_queued(store)
+        try:  # its trouble must not keep this scan from taking up runs
+            await self._keep_queued(store)
+        except Exception as err:
+            log.warning("iterion_nb watcher: keeping queued runs: %s", err)
         open_ = {q.id: q for q in await store.pending_interactions()}
         ready = []
         for run in await store.list_runs(status="interrupted", limit=100_000):
@@ -200,10 +203,9 @@ class RunWatcher(distributed.WorkerPlugin):
         second ``interrupted`` once the lease lapses — then this watcher submits it anew.
         """
         now = utcnow()
-        due = [
+        due = [  # (one whose lease lapsed reads interrupted, without it: the scan takes it up)
             run
-            for status in ("running", "interrupted")
-            for run in await store.list_runs(status=status, limit=100_000)
+            for run in await store.list_runs(status="running", limit=100_000)
             if run.lease is not None and run.lease.queued
             and (run.lease.expires_at - now).total_seconds() < QUEUE_TTL / 2
         ]  # fmt: skip

@@ -412,6 +412,13 @@ def test_runs_questions_without_a_run_lists_every_runs(tmp_path: Path) -> None:
         assert through.returncode == 0, through.stderr
         shown = [line.split()[:2] for line in through.stdout.splitlines()]
         assert shown == [[paused[1], lines[1].split()[1]], *([live, q] for q in asked)]
+        # a cluster named to `runs answer` is not this command's to use: the holder decides
+        sent = run("runs", "answer", live, asked[1], "later", "--store", store,
+                   "--cluster", "tcp://127.0.0.1:1", cwd=tmp_path)  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stderr == (f"iterion-nb: note: --cluster is not used: process {proc.pid},"
+                               " which holds the store, records the answer and decides where"
+                               " the run goes on\n")  # fmt: skip
     finally:
         proc.kill()
         proc.wait()
