@@ -196,11 +196,36 @@ class Unreachable(Exception):  # noqa: N818 - a condition, handled by working on
 BUSY_WAIT_SECONDS = 120.0
 
 
+_OWN_HOLDER = (
+    "process {pid} holds the run store, and it is waiting for this very command (it started"
+    " it: a notebook's `!iterion-nb …`, or subprocess.run): it cannot answer until the"
+    " command ends. In a notebook use the %iterion line magics (%iterion runs, %iterion"
+    " questions RUN, %iterion answer …); or run the command in a terminal"
+)
+
+
+def _ancestor(pid: int) -> bool:
+    """Whether process ``pid`` is this process's parent, or the parent's parent, and so on."""
+    here = os.getppid()
+    for _ in range(64):  # a chain of shells is short; a loop in /proc data is not followed
+        if here == pid:
+            return True
+        if here <= 1:
+            return False
+        try:
+            stat = Path(f"/proc/{here}/stat").read_text()
+        except OSError:  # not Linux, or it is gone: only the direct parent was known
+            return False
+        here = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
 class HttpClient:
     """Talks to the holder's REST API; an error response becomes a CliError with its message."""
 
     def __init__(self, holder: HolderInfo, db_path: Path) -> None:
         self._client = HolderClient(holder, db_path)
+        self._holder = holder.pid
         self._busy_said = False
 
     async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -214,6 +239,8 @@ class HttpClient:
             try:
                 return await self._request(method, path, body)
             except _Busy as busy:
+                if _ancestor(self._holder):  # it waits for this very command: it never frees
+                    raise CliError(_OWN_HOLDER.format(pid=self._holder)) from None
                 if asyncio.get_running_loop().time() > deadline:
                     raise CliError(
                         f"{busy} — still busy after {BUSY_WAIT_SECONDS:.0f} s", 1
@@ -511,7 +538,11 @@ def _stop_on_signals() -> None:
 
 async def _report(args: argparse.Namespace, out: TextIO) -> int:
     """``report RUN``: through the holder's store route when one is live, else the file."""
-    fmt = format_for(args.output, args.format)
+    try:
+        fmt = format_for(args.output, args.format)
+    except IterionError as err:  # a file name that says another format: a usage error
+        said = str(err).replace("give the format (html or md)", "give --format html|md")
+        raise CliError(said, 2) from None
     try:
         store = open_store(args.store)
     except IterionError as err:
@@ -598,6 +629,8 @@ def _quiet_dask(args: argparse.Namespace) -> None:
 
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     _stop_on_signals()
+    # a run cancelled by Ctrl-C: this command says so itself, with what to do next
+    logging.getLogger("iterion_nb.session.cancelled").setLevel(logging.ERROR)
     await _off_loop(lambda: _quiet_dask(args))
     if args.command == "store":  # what `store copy` copies from
         await _off_loop(lambda: require_store(args.src, "SRC"))

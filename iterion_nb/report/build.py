@@ -105,12 +105,27 @@ async def render(store: Store, run_id: str, fmt: str = "md") -> str:
     return to_markdown(data)
 
 
+#: File name suffixes a Markdown report is written to when no format is given.
+MARKDOWN_SUFFIXES = ("", ".md", ".markdown", ".txt")
+
+
 def format_for(path: str | os.PathLike[str] | None, fmt: str | None) -> str:
-    """The format asked for, else the one the file name says (``.html``/``.htm``), else md."""
+    """The format asked for, else the one the file name says (``.html``/``.htm``), else md.
+
+    Raises:
+        ReportError: No format given, and a file name that says another one
+            (``report.pdf`` once got Markdown).
+    """
     if fmt:
         return fmt
-    if path is not None and Path(path).suffix.lower() in (".html", ".htm"):
+    suffix = Path(path).suffix.lower() if path is not None else ""
+    if suffix in (".html", ".htm"):
         return "html"
+    if suffix not in MARKDOWN_SUFFIXES:
+        raise ReportError(
+            f"a report is HTML or Markdown, and '{Path(path or '').name}' says neither: name"
+            " the file .html or .md, or give the format (html or md)"
+        )
     return "md"
 
 

@@ -424,6 +424,43 @@ def test_runs_questions_without_a_run_lists_every_runs(tmp_path: Path) -> None:
         proc.wait()
 
 
+CALLS_ITS_OWN_CLI = """
+import asyncio, subprocess, sys, time
+import iterion_nb as it
+
+async def main():
+    session = it.Session(sys.argv[1])
+    await session.runs()  # the store is open: this process holds it and serves it
+    began = time.monotonic()
+    # as `!iterion-nb runs list` in a notebook does: this process's loop waits meanwhile
+    done = subprocess.run([sys.argv[2], "runs", "list", "--store", sys.argv[1]],
+                          capture_output=True, text=True, timeout=100)
+    print(done.returncode, round(time.monotonic() - began), done.stderr, end="")
+    await session.close()
+
+asyncio.run(main())
+"""
+
+
+def test_the_cli_run_by_the_process_that_holds_the_store_says_so_at_once(
+    tmp_path: Path,
+) -> None:
+    """It once waited 120 s for the holder — its own parent, waiting for it in turn."""
+    store = str(tmp_path / "store")
+    done = subprocess.run(
+        [sys.executable, "-c", CALLS_ITS_OWN_CLI, store, str(SCRIPT)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    code, seconds, message = done.stdout.split(" ", 2)
+    assert (code, done.returncode) == ("1", 0), done.stdout + done.stderr
+    assert int(seconds) < 15  # the busy holder's 3 s, then at once
+    assert message.startswith("iterion-nb: process ") and message.endswith(
+        "it cannot answer until the command ends. In a notebook use the %iterion line magics"
+        " (%iterion runs, %iterion questions RUN, %iterion answer …); or run the command in"
+        " a terminal\n"
+    ), message
+
+
 def test_a_long_output_is_cut_with_an_ellipsis_and_shown_whole_in_json(tmp_path: Path) -> None:
     (tmp_path / "w.iter").write_text(
         "tool long:\n  command: \"python3 -c 'print(300 * chr(97))'\"\n\n"

@@ -74,7 +74,20 @@ def nothing_but(directory: Path, *names: str) -> None:
 SCENARIOS: dict[str, tuple[bytes | None, str]] = {
     "not UTF-8": (b"nodes:\n  poet: \xff\xfe\n", "bad.yaml:2:9: not UTF-8 text (byte 0xff"),
     "malformed YAML": (b"nodes: [\n", "bad.yaml:2:1: expected the node content"),
-    "not a mapping": (b"- 1\n- 2\n", "bad.yaml: a scenario is an object with a 'nodes' mapping"),
+    "not a mapping": (b"- 1\n- 2\n", "bad.yaml: a scenario needs a top-level 'nodes:' mapping"),
+    "no nodes:": (
+        b"poet:\n  - output: {title: t, lines: []}\n",
+        "bad.yaml: a scenario needs a top-level 'nodes:' mapping (node name -> its turns);"
+        " it has 'poet' at its top level (do node names go under 'nodes:'?)",
+    ),
+    "a turn key misspelt": (
+        b"nodes:\n  poet:\n    - outptu: {title: t, lines: []}\n",
+        "bad.yaml: node 'poet', turn 0: unknown key 'outptu'; did you mean 'output'?",
+    ),
+    "a node the workflow lacks": (
+        b"nodes:\n  poett:\n    - output: {title: t, lines: []}\n",
+        "bad.yaml: node 'poett' is not in workflow 'haiku'; did you mean 'poet'? (its nodes: poet)",
+    ),
     "deeply nested": (DEEP.encode(), "bad.yaml:1:107: nested more than 100 levels deep"),
     "alias bomb": (BOMB.encode(), "bad.yaml: its aliases expand it past"),
     "a directory": (None, "bad.yaml: is a directory, not a file"),
@@ -344,6 +357,19 @@ def test_report_creates_the_directories_on_the_way(finished: tuple[Path, str]) -
     (where / "a-file").write_text("")
     refused(cli("report", run_id, "-o", str(where / "a-file" / "run.md"), cwd=where),
             "cannot write the report to", "a part of its directory is a file", code=1)  # fmt: skip
+
+
+def test_a_report_file_whose_name_says_another_format_is_refused(
+    finished: tuple[Path, str],
+) -> None:
+    """`-o r.pdf` once wrote Markdown into r.pdf, exit 0."""
+    where, run_id = finished
+    refused(cli("report", run_id, "-o", "r.pdf", cwd=where),
+            "a report is HTML or Markdown, and 'r.pdf' says neither: name the file .html or .md,"
+            " or give --format html|md")  # fmt: skip
+    assert not (where / "r.pdf").exists()
+    done = cli("report", run_id, "-o", "r.pdf", "--format", "md", cwd=where)  # as asked
+    assert done.returncode == 0 and (where / "r.pdf").read_text().startswith("# Run")
 
 
 # -- 7. passwords masked where they stand, not everywhere -----------------------------------
