@@ -113,6 +113,8 @@ class Engine:
 
         #: The claimant id whose lease this engine runs under.
         self.owner = owner
+        #: Whether the run was cancelled by cancelling its task (not by ``stop``).
+        self.cancelled_by_task = False
         #: Whether a pause keeps the lease (the owner resumes the run when answered).
         self.park = park
         self._guard = guard
@@ -209,7 +211,8 @@ class Engine:
             self._settled.set()
         try:
             await self._settled.wait()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # its task, from outside: the loop stopping, say
+            self.cancelled_by_task = True
             self.stop(Outcome("cancelled"))
         watchdog.cancel()
         await self._halt_branches()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import traceback
 import uuid
@@ -36,10 +37,11 @@ from iterion_nb.runtime.answers import (
 from iterion_nb.runtime.engine import Engine, Outcome
 from iterion_nb.runtime.ownership import DEFAULT_TTL, Claimant, owned_error
 from iterion_nb.runtime.ports import Backend, Store
-from iterion_nb.runtime.records import RESUMABLE, RunStatus, utcnow
+from iterion_nb.runtime.records import RESUMABLE, RUN_STATUSES, RunStatus, utcnow
 from iterion_nb.runtime.records import Run as RunRecord
 from iterion_nb.runtime.state import Frontier, RunState
 from iterion_nb.runtime.values import preset_values, resolve_vars
+from iterion_nb.session import args
 from iterion_nb.session.cluster import (
     CLUSTER_ENV,
     CLUSTER_TAKES,
@@ -62,6 +64,9 @@ from iterion_nb.session.launch import (
 from iterion_nb.session.leases import LeaseKeeper
 from iterion_nb.store import DuckDBStore
 from iterion_nb.store.remote import open_store
+
+#: Says when a run was cancelled by nobody's asking (the CLI, which says it itself, mutes it).
+CANCELLED_LOG = logging.getLogger("iterion_nb.session.cancelled")
 
 
 class Session:
@@ -99,6 +104,7 @@ class Session:
         cluster: Any = None,
         parking: bool = True,
     ) -> None:
+        args.session_settings(store, backend, workdir, poll_interval, lease_seconds)
         if cluster is None:
             cluster = os.environ.get(CLUSTER_ENV) or None
         if cluster and backend is not None:
@@ -208,6 +214,11 @@ class Session:
             VarsError: A variable is missing, unknown or of the wrong type
                 (nothing is recorded).
         """
+        args.workflow_arg(workflow)
+        if run_id is not None:
+            args.new_run_id(run_id)
+        if answers_from is not None:
+            args.text_id("answers_from", answers_from)
         wf, text = workflow_of(workflow, source)
         values = resolve_vars(wf, {**preset_values(wf, preset), **(vars or {})})
         files = attachment_values(wf, attachments)
@@ -469,6 +480,14 @@ class Session:
             self._final_outputs[run_id] = dict(engine.state.outputs)
             if self._engines.get(run_id) is engine:
                 del self._engines[run_id]
+        if engine.cancelled_by_task and not self._closed:
+            # nobody asked for it: a script that returned before `await run.wait()`
+            # (asyncio.run cancels what is left), a loop stopped under it
+            CANCELLED_LOG.warning(
+                "iterion_nb: run %s was cancelled: the task that executed it was cancelled"
+                " (its event loop stopping? a script must `await run.wait()` before it"
+                " returns); it is resumable: `iterion-nb resume %s`", run_id, run_id,
+            )  # fmt: skip
         lost = engine.outcome is not None and engine.outcome.lost
         if status == "paused_waiting_human" and not lost:
             self._park(run_id)
@@ -553,11 +572,13 @@ class Session:
     # -- looking up ---------------------------------------------------------
     def run(self, run_id: str) -> RunHandle:
         """A handle on an existing run (live or not)."""
-        return RunHandle(self, run_id)
+        return RunHandle(self, args.text_id("run_id", run_id))
 
     async def runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
         """Runs in the store, newest first."""
-        return await self.store.list_runs(status=status, limit=limit)
+        if status is not None and status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
+        return await self.store.list_runs(status=status, limit=args.whole("limit", limit, 1))
 
     def engine(self, run_id: str) -> Engine | None:
         """The engine running ``run_id`` in this session, if any."""

@@ -6,11 +6,13 @@ import asyncio
 import os
 from typing import TYPE_CHECKING, Any
 
+from iterion_nb.errors import ResumeError, RunOwnedError
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime.engine import Engine, Outcome
 from iterion_nb.runtime.ownership import cancel_wait
 from iterion_nb.runtime.records import Event, Interaction, Run, RunStatus
+from iterion_nb.session import args
 from iterion_nb.session.cluster import EXECUTOR
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ class RunHandle:
         cluster run that reads ``interrupted`` (its worker died, the store was
         away) is followed on: the cluster takes it back.
         """
+        args.seconds("timeout", timeout)
         task = self.session._tasks.get(self.id)
         if task is not None:
             await asyncio.wait_for(self._settled_here(task), timeout)
@@ -106,7 +109,7 @@ class RunHandle:
 
     async def events(self, after: int = 0) -> list[Event]:
         """The run's events with ``seq > after``."""
-        return await self.session.store.events(self.id, after=after)
+        return await self.session.store.events(self.id, after=args.whole("after", after, 0))
 
     async def pending_questions(self) -> list[Interaction]:
         """The run's unanswered questions, oldest first (an ``await`` pause is not one)."""
@@ -120,6 +123,7 @@ class RunHandle:
 
     async def next_question(self, timeout: float | None = None) -> Interaction | None:
         """The first pending question, waiting up to ``timeout`` for one to be asked."""
+        args.seconds("timeout", timeout)
         store = self.session.store
         bell = store.doorbell  # type: ignore[attr-defined]
         loop = asyncio.get_running_loop()
@@ -146,6 +150,8 @@ class RunHandle:
         stays as it is). The answer to the question a paused run waits on
         resumes it; so does the last answer an ``await`` pause waits for.
         """
+        args.text_id("interaction_id", interaction_id)
+        args.text_id("answered_by", answered_by)
         outcome = await self.session.answers.answer(self.id, interaction_id, answer, answered_by)
         return outcome.to_dict()
 
@@ -188,8 +194,20 @@ class RunHandle:
         return text
 
     async def resume(self, **kwargs: Any) -> RunHandle:
-        """Same as :meth:`Session.resume` for this run."""
-        return await self.session.resume(self.id, **kwargs)
+        """Same as :meth:`Session.resume` for this run.
+
+        Raises:
+            ResumeError: This very session executes the run (an answer resumed it).
+        """
+        try:
+            return await self.session.resume(self.id, **kwargs)
+        except RunOwnedError:
+            if self._engine is None:
+                raise
+            raise ResumeError(
+                f"run {self.id} is already running in this session (an answer resumed it):"
+                " wait for it with `await run.wait()`"
+            ) from None
 
     def __repr__(self) -> str:
         return f"<Run {self.id} {self.status}>"
