@@ -20,8 +20,8 @@ from iterion_nb.errors import CompileError, IterionError, StoreError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
 from iterion_nb.ir.models import scripted_nodes, sure_nodes
-from iterion_nb.safe_input import InputFileError, open_regular, read_bytes
-from iterion_nb.session.launch import read_answers, scenario_data
+from iterion_nb.safe_input import InputFileError, open_regular, read_bytes, shown_path
+from iterion_nb.session.launch import check_scenario_nodes, read_answers, scenario_data
 from iterion_nb.store.location import STORE_ENV, check_store_spec
 from iterion_nb.view.text import CONTROLS, limit_arg, plain
 
@@ -55,7 +55,8 @@ def read_run_inputs(args: argparse.Namespace) -> RunInputs:
     Raises:
         InputError: A file cannot be used (exit 2: missing, not a regular file,
             too large, not UTF-8, not YAML, nested too deeply, an alias bomb,
-            not a scenario, not pinned answers), or the workflow has errors (exit 1).
+            not a scenario, not pinned answers; a scenario naming a node the
+            workflow does not have), or the workflow has errors (exit 1).
     """
     try:  # each message names the file (and the line, the entry) and the problem
         scenario = scenario_data(args.scenario)
@@ -74,6 +75,11 @@ def read_run_inputs(args: argparse.Namespace) -> RunInputs:
             raise InputError(str(err), 1) from None
         if scenario is None:
             refuse_unscripted(workflow, args.file)
+        else:  # a node it names that the workflow lacks is a typo: its turns would answer nobody
+            try:
+                check_scenario_nodes(scenario, workflow, shown_path(args.scenario))
+            except IterionError as err:
+                raise InputError(str(err)) from None
     return RunInputs(workflow, scenario, answers)
 
 

@@ -27,24 +27,33 @@ CONTEXT_CHARS = 80
 def did_you_mean(word: str, known: Iterable[str]) -> str:
     """``"; did you mean 'model'?"`` when a known name is close to ``word``, else ``""``.
 
+    Close: as :func:`closest` finds.
+    """
+    close = closest(word, known)
+    return f"; did you mean '{close}'?" if close is not None else ""
+
+
+def closest(word: str, known: Iterable[str]) -> str | None:
+    """The known name closest to ``word``, if one is close enough to be what was meant.
+
     Close: the same name in another case, the same letters in another order,
     or one difflib finds similar (ratio 0.75 or more; for names of four
     letters or more, 0.6).
     """
     names = [k for k in dict.fromkeys(known) if k and k != word]
     if not word or not names:
-        return ""
+        return None
     folded = {k.lower(): k for k in names}
     if word.lower() in folded:
-        return f"; did you mean '{folded[word.lower()]}'?"
+        return folded[word.lower()]
     swapped = [
         k for k in names if len(k) == len(word) and sorted(k.lower()) == sorted(word.lower())
     ]
     if len(swapped) == 1:  # two letters swapped ('itn', 'ture')
-        return f"; did you mean '{swapped[0]}'?"
+        return swapped[0]
     cutoff = 0.6 if len(word) >= 4 else 0.75
     close = difflib.get_close_matches(word, names, n=1, cutoff=cutoff)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    return close[0] if close else None
 
 
 class Severity(StrEnum):

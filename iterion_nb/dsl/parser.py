@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar, cast
 
 from iterion_nb.dsl import ast
-from iterion_nb.dsl.diagnostics import Diagnostics
+from iterion_nb.dsl.diagnostics import Diagnostics, closest
 from iterion_nb.dsl.limits import MAX_NESTING, too_deep_message
 from iterion_nb.dsl.source import Source, Span
 from iterion_nb.dsl.tokens import Token, TokenKind
@@ -236,16 +236,7 @@ class Parser:
     def _declaration(self) -> ast.Declaration:
         head = self.tok
         if head.kind is not TokenKind.IDENT or head.text not in _DECL_KEYWORDS:
-            hint = ""
-            if head.kind is TokenKind.IDENT and self._peek().kind is TokenKind.ARROW:
-                hint = "; edges go inside the workflow block"
-            elif head.kind is TokenKind.IDENT and head.text == "join":
-                hint = "; declare 'await: wait_all' on the node that joins branches"
-            raise self._error(
-                f"expected a declaration ({', '.join(_DECL_KEYWORDS)}), found"
-                f" {head.describe()}{hint}",
-                head.span,
-            )
+            head = self._misspelt_keyword(head)
         self._advance()
         if head.text == "vars":
             return self._vars_block(head)
@@ -272,6 +263,33 @@ class Parser:
         return ast.NodeDecl(
             kind, name.text, name.span, tuple(props), head.span.to(self._prev_span())
         )
+
+    def _misspelt_keyword(self, head: Token) -> Token:
+        """A declaration's keyword misspelt (``agnet poet:``): S001, then read as the meant one.
+
+        The error names the keyword it is close to; the declaration is then
+        parsed as if that keyword were written (as a header missing only its
+        colon is), so the node the workflow names is not reported missing as
+        well. Anything else is an S001 and the statement is skipped.
+        """
+        hint, meant = "", None
+        if head.kind is TokenKind.IDENT and self._peek().kind is TokenKind.ARROW:
+            hint = "; edges go inside the workflow block"
+        elif head.kind is TokenKind.IDENT and head.text == "join":
+            hint = "; declare 'await: wait_all' on the node that joins branches"
+        elif head.kind is TokenKind.IDENT:
+            meant = closest(head.text, _DECL_KEYWORDS)
+            hint = f"; did you mean '{meant}'?" if meant else ""
+        message = (
+            f"expected a declaration ({', '.join(_DECL_KEYWORDS)}), found {head.describe()}{hint}"
+        )
+        # the shape of the meant declaration: 'vars:' (no name) or 'agent NAME'
+        unnamed = meant in ("vars", "presets", "attachments")
+        after = TokenKind.COLON if unnamed else TokenKind.IDENT
+        if meant is None or self._peek().kind is not after:
+            raise self._error(message, head.span)
+        self._error(message, head.span)  # recorded; parsing goes on
+        return head._replace(text=meant)
 
     def _header_colon(self, header: str) -> None:
         """The ':' ending a declaration's header; without it, an S001, and the block is read.

@@ -686,7 +686,8 @@ class Builder:
         if name is None:
             return
         if name not in self.draft.nodes:
-            self.diags.add("C008", f"entry '{name}' is not a declared node", prop.value.span)
+            hint = did_you_mean(name, self.draft.nodes)
+            self.diags.add("C008", f"entry '{name}' is not a declared node{hint}", prop.value.span)
             return
         self.draft.entry, self.draft.entry_span = name, prop.value.span
 

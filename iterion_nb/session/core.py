@@ -232,7 +232,11 @@ class Session:
         if self.executor is not None:
             launch["executor"] = EXECUTOR
             launch["workdir"] = str(self.workdir.absolute())
-        recorded = scenario_data(scenario if scenario is not None else self._scenario)
+        # a scenario given for this run is checked against its workflow (a node it lacks);
+        # the session's serves every workflow the session runs
+        recorded = (
+            scenario_data(scenario, wf) if scenario is not None else scenario_data(self._scenario)
+        )
         if recorded is not None and not self._custom_backend:
             launch["scenario"] = recorded
         pins = [] if answers is None else read_answers(answers)

@@ -36,11 +36,17 @@ def default_backends(scenario: Scenario | None) -> BackendRouter:
     return BackendRouter({"claw": claw, "claude_code": ClaudeCodeBackend()})
 
 
-def scenario_data(scenario: Scenario | None) -> dict[str, Any] | None:
+def scenario_data(scenario: Scenario | None, wf: m.Workflow | None = None) -> dict[str, Any] | None:
     """A scenario as plain data (a file is read), to record with the run.
 
+    Given the workflow it is for (a scenario given for one run), a node the
+    scenario names that the workflow does not have is refused too (see
+    :func:`check_scenario_nodes`). A session's own scenario serves every
+    workflow the session runs, so it is not checked against one.
+
     Raises:
-        RunError: The file cannot be read or is not a scenario.
+        RunError: The file cannot be read or is not a scenario, or it names
+            a node ``wf`` does not have.
     """
     if scenario is None:
         return None
@@ -48,9 +54,29 @@ def scenario_data(scenario: Scenario | None) -> dict[str, Any] | None:
 
     try:
         source = os.fspath(scenario) if isinstance(scenario, os.PathLike) else scenario
-        return load_scenario(source)
+        data = load_scenario(source)
     except Exception as err:  # unreadable file, YAML or JSON errors, a malformed scenario
         raise RunError(f"scenario: {err}") from None
+    if wf is not None:
+        where = "" if isinstance(scenario, Mapping) else shown_path(os.fspath(scenario))
+        check_scenario_nodes(data, wf, where)
+    return data
+
+
+def check_scenario_nodes(scenario: Mapping[str, Any], wf: m.Workflow, where: str = "") -> None:
+    """Refuse a scenario for ``wf`` that names a node ``wf`` does not have (a typo, mostly).
+
+    Its turns would answer nobody, and the node it meant would fail for want
+    of them, after the run was recorded.
+
+    Raises:
+        RunError: Naming the strays (each with the node it is close to) and ``where``.
+    """
+    from iterion_nb.backends.providers.scripted import scenario_strays
+
+    problem = scenario_strays(scenario, wf.nodes, f"workflow '{wf.name}'")
+    if problem is not None:
+        raise RunError(f"scenario: {where + ': ' if where else ''}{problem}")
 
 
 def read_answers(answers: Answers) -> list[dict[str, Any]]:

@@ -344,6 +344,21 @@ async def test_a_scenario_out_of_turns_fails_naming_node_and_turn(harness_factor
     assert "no turn 1 for node 'writer'" in run.error
 
 
+async def test_a_scenario_answer_the_schema_refused_is_named_when_turns_run_out(
+    harness_factory: Any,
+) -> None:
+    """The repair turn asked for a turn the scenario lacks: the error says why it was asked."""
+    h: Harness = harness_factory({"nodes": {"writer": [{"output": {"summary": True}}]}})
+    run = await h.start(agent_flow())
+    assert await run.wait(10) == "failed_resumable"
+    said = (run.error or "").replace("\\'", "'")  # the SDKs' errors quote the server's body
+    assert (
+        "the scenario has no turn 1 for node 'writer' (run 1 of the node; it has 1 turn(s)):"
+        " its turn 0's answer was refused (field 'summary' should be string, got a bool),"
+        " so the node asked for another"
+    ) in said, said
+
+
 async def test_output_repair_turn_then_failure(harness_factory: Any) -> None:
     h: Harness = harness_factory({"nodes": {"writer": [
         {"output": {"wrong": 1}},

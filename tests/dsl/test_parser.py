@@ -169,3 +169,26 @@ def test_an_edge_clause_given_twice_is_an_error_where_it_repeats() -> None:
         assert message in diag.message, line
         # the edge is kept, with its first clauses, so nothing else is reported about it
         assert edge.dst == "a"
+
+
+def test_a_misspelt_keyword_is_one_error_that_names_the_keyword_meant() -> None:
+    from iterion_nb.ir.compile import analyze
+
+    text = (
+        'varss:\n  topic: string\n\nagnet poet:\n  model: "scripted"\n'
+        '  user: "{{vars.topic}}"\n\nworkflw w:\n  entry: poet\n  poet -> done\n'
+    )
+    result = analyze(text, "t.iter")
+    found = [(d.code, d.line, d.message.rpartition(", found ")[2]) for d in result.diagnostics]
+    assert found == [
+        ("S001", 1, "'varss'; did you mean 'vars'?"),
+        ("S001", 4, "'agnet'; did you mean 'agent'?"),
+        ("S001", 8, "'workflw'; did you mean 'workflow'?"),
+    ]  # read as meant: not also "entry 'poet' is not a declared node", "unknown node 'poet'"
+    assert result.workflow is None  # still an error: nothing runs
+
+
+def test_an_unknown_keyword_close_to_none_is_skipped_with_its_block() -> None:
+    _, diags = parse('wibble poet:\n  model: 1\nagent a:\n  model: "x"\n')
+    assert [(d.code, d.line) for d in diags] == [("S001", 1)]
+    assert "did you mean" not in next(iter(diags)).message

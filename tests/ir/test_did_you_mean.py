@@ -46,6 +46,11 @@ TYPOS = [
         "unknown node 'reveiwer' in edge; did you mean 'reviewer'?",
     ),
     (
+        "  entry: writer",
+        "  entry: wirter",
+        "entry 'wirter' is not a declared node; did you mean 'writer'?",
+    ),
+    (
         "  reviewer -> done",
         "  reviewer -> dnoe",
         "unknown node 'dnoe' in edge; did you mean 'done'?",

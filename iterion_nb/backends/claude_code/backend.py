@@ -35,7 +35,7 @@ from typing import Any
 from iterion_nb.backends.claw import interaction as it_tools
 from iterion_nb.backends.claw.loop import AgentLoop, inherited_session, policy_refusal
 from iterion_nb.backends.mcp import cli_allowed, cli_servers
-from iterion_nb.backends.providers.base import ToolSpec, image_data
+from iterion_nb.backends.providers.base import ToolSpec, image_data, repair_prompt
 from iterion_nb.errors import AlreadyAnsweredError, LeaseLostError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import BackendRequest, BackendResult
@@ -589,11 +589,7 @@ class _Session:
                     f" {'; '.join(problems)}",
                 )
             repaired = True
-            prompt = (
-                "Your final answer does not match the required output: "
-                + "; ".join(problems) + ". Reply with only the corrected JSON object."
-            )  # fmt: skip
-            result = await self._query(prompt, result.session_id)
+            result = await self._query(repair_prompt(problems), result.session_id)
 
     def _inherited(self) -> str | None:
         """The CLI session this node continues or forks (``session:``), or None."""

@@ -37,6 +37,7 @@ from iterion_nb.backends.providers.base import (
     ProviderResponse,
     ToolSpec,
     TransientProviderError,
+    repair_prompt,
 )
 from iterion_nb.backends.tools import Tool, ToolContext, ToolError, resolve_tools
 from iterion_nb.errors import (
@@ -271,10 +272,7 @@ class AgentLoop:
                     f" {'; '.join(problems)}",
                 )
             repaired = True
-            messages.append({"role": "user", "content": [_text(
-                "Your final answer does not match the required output: "
-                + "; ".join(problems) + ". Reply with only the corrected JSON object."
-            )]})  # fmt: skip
+            messages.append({"role": "user", "content": [_text(repair_prompt(problems))]})
 
     async def _start(self) -> list[Message]:
         state = self.request.resume

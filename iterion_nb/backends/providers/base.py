@@ -128,6 +128,33 @@ class ProviderResponse:
         return "".join(b.get("text", "") for b in self.content if b.get("type") == "text")
 
 
+#: How a repair turn (a final answer that does not fit the output schema) begins and ends.
+_REPAIR_HEAD = "Your final answer does not match the required output: "
+_REPAIR_TAIL = ". Reply with only the corrected JSON object."
+
+
+def repair_prompt(problems: list[str]) -> str:
+    """The user turn that asks the model to correct a final answer its schema refused."""
+    return _REPAIR_HEAD + "; ".join(problems) + _REPAIR_TAIL
+
+
+def repair_reason(message: Message) -> str | None:
+    """Why the answer before ``message`` was refused, if ``message`` is a repair turn.
+
+    (A scripted model reads it back to say why a node wanted one more turn.)
+    """
+    if message.get("role") != "user":
+        return None
+    content = message.get("content")
+    blocks = [{"text": content}] if isinstance(content, str) else _blocks(message)
+    for block in blocks:
+        text = block.get("text")
+        if isinstance(text, str) and _REPAIR_HEAD in text:
+            said = text[text.index(_REPAIR_HEAD) + len(_REPAIR_HEAD) :]
+            return said.split(_REPAIR_TAIL, 1)[0]
+    return None
+
+
 class TransientProviderError(Exception):
     """A failure worth retrying (rate limit, overload, connection reset)."""
 

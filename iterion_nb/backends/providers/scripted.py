@@ -18,8 +18,9 @@ Each turn may hold ``text``, ``output`` (JSON data, sent as the text of a
 final answer), ``tool_calls`` (``name``, ``input``, optional ``id``),
 ``tokens`` (``{in, out}``) and ``cost_usd`` for budget tests, ``delay``
 (seconds to wait before answering) and ``fail_first`` (how many attempts at
-this turn fail with a transient error before it succeeds). Tool-call ids
-are deterministic: ``toolu_<node>_<visit>_<turn>_<n>``.
+this turn fail with a transient error before it succeeds); any other key is
+refused as the scenario is loaded. Tool-call ids are deterministic:
+``toolu_<node>_<visit>_<turn>_<n>``.
 
 The turn is the number of assistant messages already in the conversation, so
 a resumed conversation picks up where it stopped, even in another process
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,17 @@ from iterion_nb.backends.providers.base import (
     ProviderRequest,
     ProviderResponse,
     TransientProviderError,
+    repair_reason,
 )
+from iterion_nb.dsl.diagnostics import closest, did_you_mean
 from iterion_nb.safe_input import InputFileError, load_json, load_yaml, read_text, shown_path
 
 #: What a run that failed for want of a scenario says (a resume without one fails again).
 NO_SCENARIO = "uses the scripted model, and no scenario says what it answers"
+#: What a turn may hold (read by response_for, FailureBudget and the providers' delay).
+TURN_KEYS = ("text", "output", "tool_calls", "tokens", "cost_usd", "delay", "fail_first")
+#: What a turn's tool call may hold (``name`` is required).
+CALL_KEYS = ("name", "input", "id")
 
 
 class ScenarioError(Exception):
@@ -60,7 +67,9 @@ def load_scenario(source: Mapping[str, Any] | str | Path) -> dict[str, Any]:
     Raises:
         ScenarioError: The file cannot be read or parsed (the message names it
             and, where there is one, the line and column), or the data is not
-            a scenario.
+            a scenario: no top-level ``nodes:`` mapping, a node's turns not a
+            list (or ``visits:`` of lists), a turn that is not a mapping or
+            holds a key no turn takes (named with its node and index).
     """
     where = ""
     if isinstance(source, Mapping):
@@ -76,10 +85,98 @@ def load_scenario(source: Mapping[str, Any] | str | Path) -> dict[str, Any]:
                 data = load_yaml(text, shown_path(path))
         except InputFileError as err:
             raise ScenarioError(str(err)) from None
-    if not isinstance(data, dict) or not isinstance(data.get("nodes", {}), dict):
-        raise ScenarioError(f"{where}a scenario is an object with a 'nodes' mapping")
-    data.setdefault("nodes", {})
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
+        raise ScenarioError(where + _not_a_scenario(data))
+    for node, script in data["nodes"].items():
+        problem = _script_problem(script)
+        if problem:
+            raise ScenarioError(f"{where}node '{node}'{problem}")
     return data
+
+
+def scenario_strays(
+    scenario: Mapping[str, Any], nodes: Iterable[str], whose: str = "the workflow"
+) -> str | None:
+    """What is wrong when ``scenario`` names nodes that are not among ``nodes``, else None.
+
+    Each stray is named with the node it is close to ("did you mean …?"); the
+    message ends with the nodes there are (``whose`` names their workflow).
+    """
+    known = list(nodes)
+    strays = [str(n) for n in scenario.get("nodes", {}) if n not in known]
+    if not strays:
+        return None
+    shown = ", ".join(known[:8]) + (f" and {len(known) - 8} more" if len(known) > 8 else "")
+    if len(strays) == 1:
+        said = f"node '{strays[0]}' is not in {whose}{did_you_mean(strays[0], known)}"
+    else:
+        named = []
+        for stray in strays:
+            meant = closest(stray, known)
+            named.append(f"'{stray}'" + (f" (did you mean '{meant}'?)" if meant else ""))
+        said = f"nodes {', '.join(named)} are not in {whose}"
+    return f"{said} (its nodes: {shown or 'none'})"
+
+
+def _not_a_scenario(data: Any) -> str:
+    """Why ``data`` (with no ``nodes:`` mapping) is not a scenario."""
+    said = "a scenario needs a top-level 'nodes:' mapping (node name -> its turns)"
+    if not isinstance(data, dict):
+        return f"{said}; this is {'empty' if data is None else type(data).__name__}"
+    if "nodes" in data:
+        return f"{said}; its 'nodes' is {type(data['nodes']).__name__}"
+    keys = [str(k) for k in data]
+    hint = next((h for h in (did_you_mean(k, ["nodes"]) for k in keys) if h), "")
+    found = (
+        f"; it has {', '.join(repr(k) for k in keys[:8])} at its top level (do node names"
+        " go under 'nodes:'?)"
+        if keys
+        else "; it is empty"
+    )
+    return said + (hint or found)
+
+
+def _script_problem(script: Any) -> str:
+    """What is wrong with one node's turns (``: ...`` to follow its name), or ``""``."""
+    if isinstance(script, Mapping):
+        if set(script) != {"visits"} or not isinstance(script["visits"], list):
+            return ": its runs go under 'visits:' (a list of lists of turns), with nothing else"
+        for visit, turns in enumerate(script["visits"]):
+            problem = _turns_problem(turns)
+            if problem:
+                return f", run {visit + 1}{problem}"
+        return ""
+    return _turns_problem(script)
+
+
+def _turns_problem(turns: Any) -> str:
+    if not isinstance(turns, list):
+        return ": its turns must be a list"
+    for index, turn in enumerate(turns):
+        if not isinstance(turn, Mapping):
+            return f", turn {index}: a turn is a mapping (text, output, tool_calls, …)"
+        problem = _keys_problem(turn, TURN_KEYS, "a turn")
+        calls = turn.get("tool_calls", [])
+        if not problem and not isinstance(calls, list):
+            problem = ": 'tool_calls' must be a list"
+        for n, call in enumerate(calls if not problem else []):
+            if not isinstance(call, Mapping) or "name" not in call:
+                problem = f": tool call {n} needs a 'name'"
+            else:
+                problem = _keys_problem(call, CALL_KEYS, f"tool call {n}")
+            if problem:
+                break
+        if problem:
+            return f", turn {index}{problem}"
+    return ""
+
+
+def _keys_problem(data: Mapping[Any, Any], allowed: tuple[str, ...], what: str) -> str:
+    unknown = [str(k) for k in data if k not in allowed]
+    if not unknown:
+        return ""
+    hint = did_you_mean(unknown[0], allowed)
+    return f": unknown key '{unknown[0]}'{hint} ({what} may hold: {', '.join(allowed)})"
 
 
 def turn_of(scenario: Mapping[str, Any], request: ProviderRequest) -> tuple[int, dict[str, Any]]:
@@ -88,10 +185,17 @@ def turn_of(scenario: Mapping[str, Any], request: ProviderRequest) -> tuple[int,
     replies = sum(1 for m in request.messages if m.get("role") == "assistant")
     index = replies - request.turn_base
     if index >= len(turns):
-        raise ScenarioError(
+        said = (
             f"the scenario has no turn {index} for node '{request.node}'"
             f" (run {request.visit + 1} of the node; it has {len(turns)} turn(s))"
         )
+        refused = repair_reason(request.messages[-1]) if index and request.messages else None
+        if refused is not None:  # the turn before gave an answer the schema refused
+            said += (
+                f": its turn {index - 1}'s answer was refused ({refused}), so the node asked"
+                " for another; correct that turn's output (or add a turn that answers again)"
+            )
+        raise ScenarioError(said)
     return index, dict(turns[index])
 
 
@@ -125,7 +229,9 @@ def _turns(scenario: Mapping[str, Any], node: str, visit: int) -> list[dict[str,
             " examples/*.scenario.yaml are samples) or name a real model backend"
         )
     if script is None:
-        raise ScenarioError(f"the scenario has no turns for node '{node}'")
+        meant = closest(node, [str(n) for n in nodes])
+        hint = f" (it has turns for '{meant}': is that this node, misspelt?)" if meant else ""
+        raise ScenarioError(f"the scenario has no turns for node '{node}'{hint}")
     if isinstance(script, Mapping) and "visits" in script:
         visits = script["visits"]
         if visit >= len(visits):
