@@ -117,7 +117,16 @@ def _analyze(text: str | bytes, name: str) -> CompileResult:
 
 
 def compile_workflow(text: str | bytes, name: str = "<string>") -> m.Workflow:
-    """Compile ``text``; raise :class:`CompileError` carrying every diagnostic."""
+    """Compile ``text``; raise :class:`CompileError` carrying every diagnostic.
+
+    Raises:
+        TypeError: ``text`` is not source text (a file's content: ``compile_file`` reads one).
+    """
+    if not isinstance(text, str | bytes):
+        raise TypeError(
+            f"compile takes a workflow's source text (str), not {type(text).__name__}"
+            " (a file: it.compile_file(PATH))"
+        )
     result = analyze(text, name)
     if result.workflow is None:
         raise CompileError(result.diagnostics, result.source)

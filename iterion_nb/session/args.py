@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,12 @@ def whole(name: str, value: Any, low: int) -> int:
     if value < low:
         raise ValueError(f"{name} must be {low} or more, not {value}")
     return value
+
+
+def mapping(name: str, value: Any) -> None:
+    """A mapping (``vars``: name -> value, ``attachments``: name -> path), or None."""
+    if value is not None and not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a mapping of name -> value, not {type(value).__name__}")
 
 
 def session_settings(
@@ -98,4 +105,12 @@ def workflow_arg(workflow: Any) -> None:
         )
 
 
-__all__ = ["new_run_id", "seconds", "session_settings", "text_id", "whole", "workflow_arg"]
+__all__ = [
+    "mapping",
+    "new_run_id",
+    "seconds",
+    "session_settings",
+    "text_id",
+    "whole",
+    "workflow_arg",
+]

@@ -215,6 +215,8 @@ class Session:
                 (nothing is recorded).
         """
         args.workflow_arg(workflow)
+        args.mapping("vars", vars)
+        args.mapping("attachments", attachments)
         if run_id is not None:
             args.new_run_id(run_id)
         if answers_from is not None:

@@ -48,6 +48,9 @@ async def test_start_and_lookups_name_the_argument_and_record_nothing(tmp_path: 
         (lambda: session.start(wf, run_id=""), ValueError, "run_id '' is not an id"),
         (lambda: session.start("flow.iter"), ValueError, "looks like a file's name"),
         (lambda: session.start(42), TypeError, "workflow must be a compiled workflow"),
+        (lambda: session.start(wf, attachments=["spec.txt"]), TypeError,
+         "attachments must be a mapping of name -> value, not list"),
+        (lambda: session.start(wf, vars=[1]), TypeError, "vars must be a mapping"),
         (lambda: session.start(wf, answers_from=5), TypeError, "answers_from must be a str"),
         (lambda: session.runs(limit="x"), TypeError, "limit must be an int, not str"),
         (lambda: session.runs(limit=0), ValueError, "limit must be 1 or more, not 0"),
@@ -60,6 +63,8 @@ async def test_start_and_lookups_name_the_argument_and_record_nothing(tmp_path: 
     assert await session.runs() == []  # nothing recorded
     with pytest.raises(TypeError, match="run_id must be a str, not int"):
         session.run(7)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"compile takes a workflow's source text \(str\), not int"):
+        it.compile(123)
     run = await session.start(wf, run_id="release-1.2:rc_3")  # an id REST and the CLI take
     question = await run.next_question(5)
     assert question is not None
@@ -128,3 +133,21 @@ def test_a_script_that_returns_before_its_run_ends_is_told_so(tmp_path: Path) ->
         " event loop stopping? a script must `await run.wait()` before it returns); it is"
         f" resumable: `iterion-nb resume {run_id}`\n"
     )
+
+
+async def test_a_scenario_for_one_run_naming_a_node_the_workflow_lacks_is_refused(
+    tmp_path: Path,
+) -> None:
+    from iterion_nb.errors import RunError
+
+    flow = (
+        'agent poet:\n  model: "scripted"\n  user: "Write."\n\n'
+        "workflow haiku:\n  entry: poet\n  poet -> done\n"
+    )
+    session = Session(tmp_path / "store")
+    with pytest.raises(
+        RunError, match=r"node 'poett' is not in workflow 'haiku'; did you mean 'poet'"
+    ):
+        await session.start(it.compile(flow), scenario={"nodes": {"poett": [{"text": "x"}]}})
+    assert await session.runs() == []
+    await session.close()
