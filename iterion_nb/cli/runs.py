@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import getpass
 import json
 import logging
 import os
@@ -133,7 +134,10 @@ def add_commands(sub: Any) -> None:
         "text", nargs="+", help="the answer, one argument (text; JSON with --json-value)"
     )
     answer.add_argument("--json-value", action="store_true", help="read the answer as JSON")
-    answer.add_argument("--as", dest="answered_by", default="cli", help="who answers")
+    answer.add_argument(
+        "--as", dest="answered_by", default=None,
+        help="who answers (default: your user name, as a notebook's click records it)",
+    )  # fmt: skip
     answer.add_argument(
         "--cluster", metavar="ADDRESS",
         help="a run it lets go on that no cluster executed yet goes to this Dask cluster"
@@ -627,8 +631,18 @@ def _quiet_dask(args: argparse.Namespace) -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
+def terminal_user() -> str:
+    """Who answers from this terminal: the account's user name ("cli" if it has none)."""
+    try:
+        return getpass.getuser() or "cli"
+    except Exception:  # no name for this uid (a container)
+        return "cli"
+
+
 async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     _stop_on_signals()
+    if getattr(args, "verb", None) == "answer" and args.answered_by is None:
+        args.answered_by = terminal_user()
     # a run cancelled by Ctrl-C: this command says so itself, with what to do next
     logging.getLogger("iterion_nb.session.cancelled").setLevel(logging.ERROR)
     await _off_loop(lambda: _quiet_dask(args))

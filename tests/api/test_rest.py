@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import signal
@@ -204,6 +205,10 @@ async def test_oversize_and_too_large_answers(served: tuple[Session, str, str]) 
     assert (await run.pending_questions())[0].pending
 
 
+#: Who a CLI answer is by, unless --as says: this account's user name.
+ME = getpass.getuser()
+
+
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(CLI), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
@@ -244,11 +249,11 @@ def test_cli_answers_a_run_live_in_another_process(tmp_path: Path) -> None:
         # who answered what, and when
         asked = json.loads(shown.stdout)["interactions"]
         assert [(q["kind"], q["answers"], q["answered_by"]) for q in asked] == [
-            ("async", "formal", "cli"), ("async", "from another process", "cli")
+            ("async", "formal", ME), ("async", "from another process", ME)
         ]  # fmt: skip
         assert all(q["answered_at"] for q in asked)
         text = cli("runs", "show", run_id, cwd=tmp_path).stdout
-        assert text.count('answered "from another process" by cli at ') == 1
+        assert text.count(f'answered "from another process" by {ME} at ') == 1
         assert not holder_file(db).exists()  # removed on a clean exit
     finally:
         if holder.poll() is None:
@@ -270,7 +275,8 @@ def test_cli_without_a_holder_works_on_the_file(tmp_path: Path) -> None:
     assert f"{result['id']}  finished" in listed.stdout
     shown = json.loads(cli("runs", "show", result["id"], "--json", cwd=tmp_path).stdout)
     (asked,) = shown["interactions"]
-    assert (asked["kind"], asked["answers"], asked["answered_by"]) == ("human", "yes", "cli")
+    # the person at the terminal, by their account's name (as a notebook's click is named)
+    assert (asked["kind"], asked["answers"], asked["answered_by"]) == ("human", "yes", ME)
     missing = cli("runs", "show", "nope", cwd=tmp_path)
     assert (missing.returncode, missing.stderr) == (1, "iterion-nb: no run 'nope'\n")
     bad_var = cli("run", "gate.iter", "--var", "oops", cwd=tmp_path)

@@ -7,6 +7,7 @@ exported, then two runs that nobody answers.
 
 from __future__ import annotations
 
+import getpass
 import json
 import subprocess
 import sys
@@ -130,4 +131,5 @@ def test_run_shows_a_replayed_question_with_its_answer_and_asks_the_others(
             proc.kill()
             proc.wait()
     shown = json.loads(cli("runs", "show", run_id, "--json", cwd=tmp_path).stdout)
-    assert [q["answered_by"] for q in shown["interactions"]] == ["replay", "cli"]
+    # a person at a terminal is named by their account, as a notebook's click is
+    assert [q["answered_by"] for q in shown["interactions"]] == ["replay", getpass.getuser()]

@@ -311,7 +311,7 @@ async def test_answers_from_another_process_move_to_history_within_a_second(
     assert loop.time() - answered_at < 1.0
     assert inbox.history[0]["id"] == iid
     assert inbox.history[0]["answers"] == "from the terminal"
-    assert inbox.history[0]["answered_by"] == "cli"
+    assert inbox.history[0]["answered_by"] == getpass.getuser()  # the terminal's user
     inbox.close()
 
 
