@@ -9,6 +9,7 @@ the modes of the files the store creates.
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import signal
@@ -323,7 +324,8 @@ def test_an_answer_the_holder_recorded_before_it_hung_up_counts_once(tmp_path: P
 
     async def landed() -> None:  # what the holder wrote before the connection dropped
         store = open_duckdb_store(db)
-        await store.answer("q1", "yes", answered_by="cli")
+        # by this account: who `runs answer` records without --as
+        await store.answer("q1", "yes", answered_by=getpass.getuser())
         await store.close()
 
     asyncio.run(landed())
