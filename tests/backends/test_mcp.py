@@ -27,11 +27,15 @@ from .conftest import Harness
 #: The tour's MCP server (notebooks/03 gives it to its agent): one server for both.
 SERVER = Path(__file__).resolve().parents[2] / "notebooks" / "words_server.py"
 
-FLOW = f"""\
+#: Its declaration, shared with test_tool_policy.py.
+WORDS_SERVER = f"""\
 mcp_server words:
   command: "{sys.executable}"
   args: ["{SERVER}"]
+"""
 
+FLOW = f"""\
+{WORDS_SERVER}
 agent writer:
   model: "scripted"
   mcp: [words]
@@ -134,10 +138,7 @@ async def test_an_mcp_server_over_http(harness_factory: Any, http_server: str) -
 
 # -- upstream's forms: the workflow's mcp:, inherit / disable, tools: [mcp.SERVER.TOOL] ---------
 WORKFLOW_MCP = f"""\
-mcp_server words:
-  command: "{sys.executable}"
-  args: ["{SERVER}"]
-
+{WORDS_SERVER}
 agent writer:
   model: "scripted"
   tools: [mcp.words.shout]

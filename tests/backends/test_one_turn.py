@@ -7,15 +7,8 @@ import pytest
 import iterion_nb as it
 from iterion_nb.store import MemoryStore
 
-FLOW = """\
-router pick:
-  mode: llm
-  user: "Which way?"
-
-human approve:
-  instructions: "Approve?"
-  interaction: llm_or_human
-
+#: The two ways out of the llm router ``pick`` and the workflow: the same in both flows below.
+BRANCHES = """\
 compute left:
   expr:
     said: "outputs.approve.text"
@@ -32,6 +25,20 @@ workflow w:
   left -> done
   right -> done
 """
+
+FLOW = (
+    """\
+router pick:
+  mode: llm
+  user: "Which way?"
+
+human approve:
+  instructions: "Approve?"
+  interaction: llm_or_human
+
+"""
+    + BRANCHES
+)
 
 
 async def test_llm_router_and_llm_human_answer_in_one_turn() -> None:
@@ -57,7 +64,8 @@ async def test_an_empty_llm_answer_hands_the_gate_to_a_person() -> None:
 
 
 # -- upstream's interaction_model / interaction_prompt, and an llm router's reasoning_effort --
-ANSWERED_BY_A_MODEL = """\
+ANSWERED_BY_A_MODEL = (
+    """\
 prompt decide:
   Answer for the release manager.
 
@@ -75,31 +83,23 @@ human approve:
   interaction_model: "scripted/answerer"
   interaction_prompt: decide
 
-compute left:
-  expr:
-    said: "outputs.approve.text"
-
-compute right:
-  expr:
-    x: "1"
-
-workflow w:
-  entry: approve
-  approve -> pick
-  pick -> left
-  pick -> right
-  left -> done
-  right -> done
 """
+    + BRANCHES
+)
+
+
+async def _start_answered(source: str) -> tuple[it.Session, it.RunHandle]:
+    """``source`` started in a new session: its scenario approves at the gate, picks left."""
+    scenario = {"nodes": {"pick": [{"text": "left"}], "approve": [{"text": "approved"}]}}
+    session = it.Session(MemoryStore(), scenario=scenario)
+    return session, await session.start(it.compile(source))
 
 
 async def test_interaction_model_and_prompt_answer_for_the_person_and_effort_reaches_the_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("PICK_EFFORT", "high")
-    scenario = {"nodes": {"pick": [{"text": "left"}], "approve": [{"text": "approved"}]}}
-    session = it.Session(MemoryStore(), scenario=scenario)
-    run = await session.start(it.compile(ANSWERED_BY_A_MODEL))
+    session, run = await _start_answered(ANSWERED_BY_A_MODEL)
     assert await run.wait(10) == "finished", run.error
     asked = {e.node_id: e.data for e in await run.events() if e.type == "llm_request"}
     # the gate: interaction_model over model, interaction_prompt over system
@@ -117,9 +117,7 @@ async def test_a_reasoning_effort_the_environment_spells_wrong_fails_the_router(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("PICK_EFFORT", "extreme")
-    scenario = {"nodes": {"pick": [{"text": "left"}], "approve": [{"text": "approved"}]}}
-    session = it.Session(MemoryStore(), scenario=scenario)
-    run = await session.start(it.compile(ANSWERED_BY_A_MODEL))
+    session, run = await _start_answered(ANSWERED_BY_A_MODEL)
     assert await run.wait(10) == "failed_resumable"
     assert "reasoning_effort 'extreme'" in (run.error or "")
     await session.close()
@@ -132,9 +130,7 @@ async def test_a_reasoning_effort_whose_variable_is_unset_is_no_effort(
     monkeypatch.delenv("NO_SUCH_EFFORT", raising=False)
     source = ANSWERED_BY_A_MODEL.replace("${PICK_EFFORT:-low}", "${NO_SUCH_EFFORT}")
     assert "${NO_SUCH_EFFORT}" in source
-    scenario = {"nodes": {"pick": [{"text": "left"}], "approve": [{"text": "approved"}]}}
-    session = it.Session(MemoryStore(), scenario=scenario)
-    run = await session.start(it.compile(source))
+    session, run = await _start_answered(source)
     assert await run.wait(10) == "finished", run.error
     asked = {e.node_id: e.data for e in await run.events() if e.type == "llm_request"}
     assert "reasoning_effort" not in asked["pick"]

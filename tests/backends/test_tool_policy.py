@@ -2,12 +2,11 @@
 
 The model gets an error result saying why, and the run's events record it
 (``tool_error`` with ``denied_by: tool_policy``). The MCP server is the tour's
-(notebooks/words_server.py), as in test_mcp.py.
+(notebooks/words_server.py), declared as in test_mcp.py (``WORDS_SERVER``).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,10 @@ from iterion_nb.dsl.source import Span
 from iterion_nb.ir import model as m
 
 from .conftest import Harness
-
-SERVER = Path(__file__).resolve().parents[2] / "notebooks" / "words_server.py"
+from .test_mcp import WORDS_SERVER
 
 FLOW = f"""\
-mcp_server words:
-  command: "{sys.executable}"
-  args: ["{SERVER}"]
-
+{WORDS_SERVER}
 agent writer:
   model: "scripted"
   tools: [read_file, write_file]

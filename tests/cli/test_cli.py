@@ -347,16 +347,21 @@ def test_resuming_a_scripted_run_without_a_scenario_says_to_give_one(tmp_path: P
     assert done.returncode == 0, done.stderr
 
 
+def _run_async_questions(store: str, cwd: Path) -> subprocess.Popen[str]:
+    """``iterion-nb run`` of the async_questions example in the foreground, its output piped."""
+    return subprocess.Popen(
+        [str(SCRIPT), "run", str(EXAMPLES / "async_questions.iter"), "--scenario",
+         str(EXAMPLES / "async_questions.scenario.yaml"), "--store", store],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 def test_run_shows_each_question_as_asked_and_another_terminal_answers_it(
     tmp_path: Path,
 ) -> None:
     """The README's terminal tour: the ids to answer with are printed by ``run`` itself."""
     store = str(tmp_path / "store")
-    proc = subprocess.Popen(
-        [str(SCRIPT), "run", str(EXAMPLES / "async_questions.iter"), "--scenario",
-         str(EXAMPLES / "async_questions.scenario.yaml"), "--store", store],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = _run_async_questions(store, cwd=tmp_path)
     assert proc.stdout is not None
     try:
         first = proc.stdout.readline()
@@ -399,11 +404,7 @@ def test_runs_questions_without_a_run_lists_every_runs(tmp_path: Path) -> None:
     first_run, first_question = lines[0].split()[:2]
     given = run("runs", "answer", first_run, first_question, "yes", "--store", store, cwd=tmp_path)
     assert given.returncode == 0, given.stderr
-    proc = subprocess.Popen(
-        [str(SCRIPT), "run", str(EXAMPLES / "async_questions.iter"), "--scenario",
-         str(EXAMPLES / "async_questions.scenario.yaml"), "--store", store],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = _run_async_questions(store, cwd=tmp_path)
     assert proc.stdout is not None
     try:
         live = proc.stdout.readline().split()[1]

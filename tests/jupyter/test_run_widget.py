@@ -65,25 +65,8 @@ async def keep_working() -> str:
     return "drafted"
 
 
-ASKS_THEN_WORKS = """\
-schema draft:
-  text: string
-
-agent writer:
-  model: "scripted"
-  tools: [keep_working]
-  interaction: async
-  output: draft
-
-await_answers gate:
-  from: writer
-  timeout: "5m"
-
-workflow notes:
-  entry: writer
-  writer -> gate
-  gate -> done
-"""
+#: test_widgets' FLOW, its writer given the tool keep_working in place of a prompt.
+ASKS_THEN_WORKS = FLOW.replace('  user: "Write."\n', "  tools: [keep_working]\n")
 
 
 async def test_a_question_card_says_who_waits_for_it_as_the_run_goes_on(
