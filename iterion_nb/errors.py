@@ -137,6 +137,10 @@ class StoreFileError(StoreError):
     """The file at the store path is not an iterion_nb store (it is left untouched)."""
 
 
+class StoreReadOnlyError(StoreFileError):
+    """A write to a store this process could open for reading only (it is left untouched)."""
+
+
 class RunError(IterionError):
     """A run cannot start or go on because of how it was asked for."""
 

@@ -47,6 +47,7 @@ from iterion_nb.errors import (
     RunOwnedError,
     StoreError,
     StoreLockedError,
+    StoreReadOnlyError,
 )
 from iterion_nb.view.text import MAX_LIST_LIMIT
 
@@ -256,6 +257,8 @@ def api_error(err: IterionError) -> ApiError:
         return ApiError(409, "run_owned", str(err), run_id=err.run_id, owner=owner)
     if isinstance(err, LeaseLostError):
         return ApiError(409, "lease_lost", str(err), run_id=err.run_id)
+    if isinstance(err, StoreReadOnlyError):  # 403: this process may only read the file
+        return ApiError(403, "store_read_only", str(err))
     if isinstance(err, StoreLockedError):  # 503: try again once the file is free or served
         return ApiError(503, "store_locked", str(err), pid=err.pid)
     if isinstance(err, BadTextError):  # the request's text, refused before anything was read

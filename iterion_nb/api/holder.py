@@ -382,6 +382,7 @@ def open_served_store(
     """
 
     def take_over(local: Store) -> None:
-        serve_store(local, Path(local.path), loop)  # type: ignore[attr-defined]
+        if getattr(local, "read_only", None) is None:  # a read-only file: every reader opens it
+            serve_store(local, Path(local.path), loop)  # type: ignore[attr-defined]
 
     return open_store(path, on_take_over=take_over, on_open=take_over)

@@ -164,7 +164,8 @@ class Session:
             asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop yet (a script before asyncio.run)
-        self.serve()
+        if getattr(self.store, "read_only", None) is None:  # read-only: every reader opens it
+            self.serve()
 
     def _took_over(self, local: Store) -> None:
         """The holder we used died and this process opened the file: serve it now."""
@@ -179,6 +180,8 @@ class Session:
         of one process on one file share one server.
         """
         if self.holder is None and self._serve and isinstance(self.store, DuckDBStore):
+            if self.store.read_only is not None:  # nothing this session starts could be recorded
+                raise self.store.read_only_error()
             self.holder = _serving.join(self, self.store)
         return self.holder
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from iterion_nb.errors import NotFoundError, StoreError
+from iterion_nb.errors import NotFoundError, StoreError, StoreReadOnlyError
 from iterion_nb.runtime.doorbell import Doorbell
 from iterion_nb.runtime.records import encode_json, utcnow
 from iterion_nb.store.worker import DbWorker, EventBuffer
@@ -71,6 +71,8 @@ class DuckDBBase:
         self._buffer = EventBuffer(flush_rows, flush_interval)
         self._worker = DbWorker(self._buffer, self._write_events, f"iterion-db:{path.name}")
         self.closed = False
+        #: Why this process can only read the file (None: it can write it).
+        self.read_only: str | None = None
 
     # -- running database work -------------------------------------------
     async def _call(self, fn: Callable[[], T]) -> T:
@@ -79,7 +81,17 @@ class DuckDBBase:
         try:
             return await asyncio.wrap_future(self._worker.submit(fn))
         except duckdb.Error as err:
+            if self.read_only is not None and "read-only" in str(err):
+                raise self.read_only_error() from None
             raise StoreError(f"the run store {self.path} failed: {err}") from err
+
+    def read_only_error(self) -> StoreReadOnlyError:
+        """What refuses a write to a store opened read-only (it says what still works)."""
+        return StoreReadOnlyError(
+            f"the run store {self.path} can only be read here ({self.read_only}): listing,"
+            " showing and reporting its runs, and copying them elsewhere, work; running, answering,"
+            " resuming, cancelling or copying runs into it needs a store this process can write"
+        )
 
     def _write_events(self, checkpoints: bool = True) -> None:
         """On the worker: write buffered events in one statement, then checkpoints.

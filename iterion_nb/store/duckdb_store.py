@@ -115,7 +115,27 @@ CONNECT_CONFIG: dict[str, str | bool | int | float | list[str]] = {
 }
 
 
-def _connect(path: Path) -> duckdb.DuckDBPyConnection:
+#: Why a file this process may read cannot be opened for writing (DuckDB's words).
+_READ_ONLY_CAUSES = {
+    "read-only file system": "a read-only file system",
+    "permission denied": "no permission to write the file",
+    "operation not permitted": "the file may not be written",  # e.g. immutable (chattr +i)
+}
+
+
+def _read_only_cause(text: str) -> str | None:
+    lowered = text.lower()
+    return next((why for words, why in _READ_ONLY_CAUSES.items() if words in lowered), None)
+
+
+def _connect(path: Path) -> tuple[duckdb.DuckDBPyConnection, str | None]:
+    """A connection to ``path``, and why it is read-only (None: it is not).
+
+    A store this process may read but not write (a read-only mount, another
+    user's file) is opened read-only: its runs can be listed, shown and
+    reported; whatever would write says why it cannot.
+    """
+    read_only = None
     try:
         con = duckdb.connect(str(path), config=CONNECT_CONFIG)
     except duckdb.IOException as err:
@@ -123,21 +143,41 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
         if "lock" in text.lower():
             match = _LOCK_PID.search(text)
             raise StoreLockedError(str(path), int(match.group(1)) if match else None) from None
-        raise StoreFileError(f"cannot open the run store {path}: {text}") from None
+        read_only = _read_only_cause(text)
+        if read_only is None or not path.exists():
+            raise StoreFileError(f"cannot open the run store {path}: {text}") from None
+        try:
+            con = duckdb.connect(str(path), read_only=True, config=CONNECT_CONFIG)
+        except duckdb.Error:  # not even readable: the first refusal says why
+            raise StoreFileError(f"cannot open the run store {path}: {text}") from None
     except duckdb.Error as err:
         raise StoreFileError(f"cannot open the run store {path}: {err}") from None
     # DuckDB draws a progress bar on stdout for queries over 2 s: into a notebook
     # cell's output, or into `--json` output. Never (a setting of this connection).
     con.execute("SET enable_progress_bar = false")
-    return con
+    return con, read_only
 
 
-def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: str | None) -> None:
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     if tables and "iterion_meta" not in tables:
         raise StoreFileError(
             f"{path} is a DuckDB database of another application; it was left untouched"
         )
+    if read_only is not None:  # nothing can be written: it must be of this schema already
+        done = (
+            {r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
+            if "schema_migrations" in tables
+            else set()
+        )
+        if done != {version for version, _ in MIGRATIONS}:
+            raise StoreFileError(
+                f"the run store {path} can only be read here ({read_only}), and it was written"
+                f" by {'an older' if max(done, default=0) < LATEST else 'a newer'} iterion_nb:"
+                " open it once where it can be written (to update it), or with the version"
+                " that wrote it"
+            )
+        return
     if "schema_migrations" not in tables:
         con.execute(
             "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMP)"
@@ -257,9 +297,9 @@ def open_duckdb_store(
             _prepare_file(target, names_store_dir(path) or target.name == DEFAULT_FILE)
         except OSError as err:
             raise StoreFileError(f"cannot create the run store {target}: {err.strerror}") from None
-        con = _connect(target)
+        con, read_only = _connect(target)
         try:
-            _migrate(con, target)
+            _migrate(con, target, read_only)
             pending = _load_pending(con)
         except duckdb.Error as err:
             con.close()
@@ -272,6 +312,7 @@ def open_duckdb_store(
         store = DuckDBStore(
             target, con, doorbell or Doorbell(), clock, new_id, flush_rows, flush_interval
         )
+        store.read_only = read_only
         undelivered = [
             message_from_row(row)
             for row in con.execute(

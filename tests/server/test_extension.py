@@ -363,3 +363,29 @@ def test_once_the_extension_stopped_requests_are_told_the_server_is_stopping(
         "code": "stopping", "message": "the Jupyter server is stopping"
     }  # fmt: skip
     assert not holder_file(store_path).exists()
+
+
+def test_a_read_only_store_is_read_and_an_answer_to_it_is_a_json_403(
+    jp_asyncio_loop: Any, jp_fetch: Any, store_path: Path, tmp_path: Path
+) -> None:
+    from tests.cli.test_read_only_store import GATE, unwritable
+
+    (tmp_path / "gate.iter").write_text(GATE)
+    paused = subprocess.run([str(CLI), "run", "gate.iter", "--store", str(store_path), "--json"],
+                            capture_output=True, text=True, cwd=tmp_path, check=True)  # fmt: skip
+    run_id = json.loads(paused.stdout)["id"]
+    with unwritable(store_path):  # before the server's first request opens it
+        (run,) = fetch(jp_asyncio_loop, jp_fetch, "runs")["runs"]
+        assert (run["id"], run["status"]) == (run_id, "paused_waiting_human")
+        (question,) = pending(jp_asyncio_loop, jp_fetch, run_id, 1)
+        with pytest.raises(HTTPClientError) as info:
+            fetch(jp_asyncio_loop, jp_fetch, "runs", run_id, "interactions", question["id"],
+                  "answer", method="POST", body=json.dumps({"answer": "yes"}))  # fmt: skip
+        assert info.value.code == 403
+        body = json.loads(info.value.response.body)
+        assert body["code"] == "store_read_only", body
+        assert "<path> can only be read here" in body["message"], body
+        assert str(store_path) not in body["message"]
+        (still,) = pending(jp_asyncio_loop, jp_fetch, run_id, 1)  # nothing was recorded
+        assert still["id"] == question["id"]
+        assert not find_holder(store_path)  # a read-only store is not served to others
