@@ -36,6 +36,7 @@ from iterion_nb.backends.claw import interaction as it_tools
 from iterion_nb.backends.claw.loop import AgentLoop, inherited_session, policy_refusal
 from iterion_nb.backends.mcp import cli_allowed, cli_servers
 from iterion_nb.backends.providers.base import ToolSpec, image_data, repair_prompt
+from iterion_nb.backends.reask import STATE_KEY
 from iterion_nb.errors import AlreadyAnsweredError, LeaseLostError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import BackendRequest, BackendResult
@@ -226,7 +227,7 @@ class _Session:
     async def _run_tool(self, call: dict[str, Any]) -> dict[str, Any]:
         name = call["name"]
         if name == "ask_user":
-            record = await self.ctx.store.get_interaction(self.loop._interaction_id(call))
+            record = await self.ctx.store.get_interaction(self.loop.asked_id(call))
             if record.pending:  # the CLI ran a call it was told to defer (parallel calls)
                 return {"content": "ask_user must be the only tool call of its turn; call it"
                         " again alone", "is_error": True}  # fmt: skip
@@ -337,10 +338,7 @@ class _Session:
 
     async def _pre_ask_user(self, call: dict[str, Any]) -> Any:
         try:
-            record = it_tools.new_question(
-                self.loop._interaction_id(call), self.ctx.run_id, self.node.name,
-                self.ctx.branch_id, "ask_user", call["input"],
-            )  # fmt: skip
+            record = await self.loop.question(call, "ask_user")
         except ValueError as err:
             return {"hookSpecificOutput": {
                 "hookEventName": "PreToolUse", "permissionDecision": "deny",
@@ -560,6 +558,8 @@ class _Session:
         state = self.request.resume
         if state:
             await self._check_answered(state)
+            if state["kind"] == "ask_user":  # the CLI asks the deferred question again
+                self.loop.reasks.bind(str(state["tool_use_id"]), str(state["interaction"]))
             await self.loop._watch_expiries()
             result = await self._query(RESUME_PROMPT, state["session_id"])
         else:
@@ -574,7 +574,8 @@ class _Session:
                 self.ctx.charge(0, self.cost)
                 self.cost = 0.0
                 state = {**self.deferred, "session_id": result.session_id, "turns": self.turns,
-                         "steps": self.steps, "turn_base": self.turn_base}  # fmt: skip
+                         "steps": self.steps, "turn_base": self.turn_base,
+                         STATE_KEY: self.loop.reasks.asked()}  # fmt: skip
                 raise PauseRun(self.deferred["interaction"], state)
             output, problems = self.loop._final(result.result or "")
             if not problems:

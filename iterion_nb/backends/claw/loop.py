@@ -39,6 +39,7 @@ from iterion_nb.backends.providers.base import (
     TransientProviderError,
     repair_prompt,
 )
+from iterion_nb.backends.reask import STATE_KEY, Reasks
 from iterion_nb.backends.tools import Tool, ToolContext, ToolError, resolve_tools
 from iterion_nb.errors import (
     AlreadyAnsweredError,
@@ -53,7 +54,13 @@ from iterion_nb.ir import model as m
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.doorbell import Ticket, node_key
 from iterion_nb.runtime.ports import BackendRequest, BackendResult, NodeContext
-from iterion_nb.runtime.records import Interaction, Option, answer_text, utcnow
+from iterion_nb.runtime.records import (
+    Interaction,
+    InteractionKind,
+    Option,
+    answer_text,
+    utcnow,
+)
 from iterion_nb.runtime.values import check_record
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
@@ -199,6 +206,8 @@ class AgentLoop:
         self._expiries: list[float] = []
         #: Model replies of a conversation this node continues (not its own turns).
         self._turn_base = 0
+        #: The questions an earlier run of this node posted, which its asks may reuse.
+        self.reasks = Reasks(self.ctx, request.resume)
 
     # -- the conversation ----------------------------------------------------
     def system_prompt(self) -> str:
@@ -463,12 +472,30 @@ class AgentLoop:
     def _interaction_id(self, call: Block) -> str:
         return f"{self.ctx.run_id}-{call['id']}"
 
+    def asked_id(self, call: Block) -> str:
+        """The id of the question the call ``call`` asked (reused or its own)."""
+        return self.reasks.id_for(str(call["id"])) or self._interaction_id(call)
+
+    async def question(self, call: Block, kind: InteractionKind) -> Interaction:
+        """The question a call of ``ask_user`` or ``ask_user_async`` asks, to post.
+
+        Its id is the call's, unless a run of this node before this one (that
+        failed, or whose process died) asked the same question in the same
+        visit: then it is that question's, and posting it reuses that record
+        (see :mod:`iterion_nb.backends.reask`).
+
+        Raises:
+            ValueError: The call's input is not a question (the message says why).
+        """
+        record = it_tools.new_question(
+            self._interaction_id(call), self.ctx.run_id, self.node.name, self.ctx.branch_id,
+            kind, call.get("input") or {},
+        )  # fmt: skip
+        return await self.reasks.resolve(record, str(call["id"]))
+
     async def _ask_async(self, call: Block) -> Block:
         try:
-            record = it_tools.new_question(
-                self._interaction_id(call), self.ctx.run_id, self.node.name, self.ctx.branch_id,
-                "async", call.get("input") or {},
-            )  # fmt: skip
+            record = await self.question(call, "async")
         except ValueError as err:
             await self.ctx.emit("tool_error", {"tool": call["name"], "error": str(err)})
             return _result(call["id"], str(err), True)
@@ -502,7 +529,8 @@ class AgentLoop:
     async def _own_question(self, iid: str) -> Interaction:
         """One of this node's questions, by its id (or by the id of the call that asked it)."""
         found = None
-        for candidate in (iid, f"{self.ctx.run_id}-{iid}"):
+        # (a re-asked question's call id names the question it reused)
+        for candidate in filter(None, (iid, self.reasks.id_for(iid), f"{self.ctx.run_id}-{iid}")):
             with contextlib.suppress(NotFoundError):
                 found = await self.ctx.store.get_interaction(candidate)
                 break
@@ -586,17 +614,15 @@ class AgentLoop:
                                  "results": results}  # fmt: skip
         if call["name"] == "ask_user":
             try:
-                record = it_tools.new_question(
-                    self._interaction_id(call), self.ctx.run_id, self.node.name,
-                    self.ctx.branch_id, "ask_user", call.get("input") or {},
-                )  # fmt: skip
+                record = await self.question(call, "ask_user")
             except ValueError as err:
                 await self.ctx.emit("tool_error", {"tool": call["name"], "error": str(err)})
                 return _result(call["id"], str(err), True)
             record = await self._post(record)
             if not record.pending:  # answered (or expired) before a crash made us replay it
                 return _result(call["id"], it_tools.blocking_result(record))
-            state |= {"kind": "ask_user", "interaction": record.id, "interactions": [record.id]}
+            state |= {"kind": "ask_user", "interaction": record.id, "interactions": [record.id],
+                      STATE_KEY: self.reasks.asked()}  # fmt: skip
             raise PauseRun(record.id, state)
         try:
             it_tools.check_input(it_tools.AWAIT_ANSWERS, call.get("input"))
@@ -622,5 +648,5 @@ class AgentLoop:
         )  # fmt: skip
         pause = await self._post(pause, waits_on=list(pause.waits_on))
         state |= {"kind": "await", "interaction": pause.id, "interactions": [pause.id],
-                  "waits_on": list(pause.waits_on)}  # fmt: skip
+                  "waits_on": list(pause.waits_on), STATE_KEY: self.reasks.asked()}  # fmt: skip
         raise PauseRun(pause.id, state)

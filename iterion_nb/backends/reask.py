@@ -1,0 +1,120 @@
+"""Questions a re-run node asks again, recognised by what they ask rather than by their call's id.
+
+A question's id is ``<run id>-<tool call id>``. A scripted model's call ids
+are deterministic, so a node re-run (resumed after a failure, or after its
+process died) asks its questions again under the same ids and the store's
+id conflict hands back the records it posted before. Real models (Anthropic,
+OpenAI, the claude CLI) mint a fresh call id every time: without this module
+the same question would be posted a second time, and the first left pending
+for ever.
+
+:class:`Reasks` maps an ask whose id is new onto the question the same node
+posted before in the same visit: same run, node and branch, asked since the
+node last finished (a later loop iteration asks anew), of the same kind,
+with the same text and options (the key answer replay uses,
+:func:`iterion_nb.runtime.replay.key_of`). The k-th such ask of an execution
+takes the k-th earlier record it has not taken yet. The caller then posts the
+record under the earlier id, and the store's conflict path reuses it exactly
+as for a deterministic id: no second record, no second announcement, the
+answer included.
+
+The node's earlier questions are read once per execution (at its first ask),
+and the event log only when one of them could be re-asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from iterion_nb.runtime import replay
+from iterion_nb.runtime.ports import NodeContext
+from iterion_nb.runtime.records import Interaction
+
+#: The question kinds an agent asks (``await`` pauses are not questions).
+ASKED = ("async", "ask_user")
+#: Where a paused conversation keeps the ids its asks resolved to.
+STATE_KEY = "asked"
+
+
+class Reasks:
+    """One node execution's asks, matched with the questions its earlier runs posted.
+
+    Args:
+        ctx: The node's context (its store, run, node and branch).
+        resume: The state the conversation paused with, when it continues one:
+            the questions it had asked (``asked``) are its own, not to be
+            taken again. A state without them (an older checkpoint) turns
+            the matching off: every new id is a new question, as before.
+    """
+
+    def __init__(self, ctx: NodeContext, resume: Mapping[str, Any] | None = None) -> None:
+        self._ctx = ctx
+        self._taken: set[str] = {str(i) for i in (resume or {}).get(STATE_KEY, ())}
+        self._enabled = not resume or STATE_KEY in resume
+        self._bound: dict[str, str] = {}
+        self._earlier: list[Interaction] | None = None
+        self._this_visit: set[str] | None = None
+
+    def asked(self) -> list[str]:
+        """The ids this execution's asks resolved to, for the state of a pause."""
+        return sorted(self._taken)
+
+    def bind(self, call_id: str, interaction_id: str) -> None:
+        """Say that the call ``call_id`` asked the question ``interaction_id``."""
+        self._bound[call_id] = interaction_id
+        self._taken.add(interaction_id)
+
+    def id_for(self, call_id: str) -> str | None:
+        """The id of the question the call ``call_id`` resolved to, if it was reused."""
+        return self._bound.get(call_id)
+
+    async def resolve(self, record: Interaction, call_id: str) -> Interaction:
+        """``record``, or ``record`` under the id of the question it asks again."""
+        bound = self._bound.get(call_id)
+        if bound is not None:
+            return replace(record, id=bound)
+        earlier = await self._load()
+        if self._enabled and all(e.id != record.id for e in earlier):
+            found = await self._match(record, earlier)
+            if found is not None:
+                self.bind(call_id, found.id)
+                return replace(record, id=found.id)
+        self._taken.add(record.id)
+        return record
+
+    async def _match(self, record: Interaction, earlier: list[Interaction]) -> Interaction | None:
+        """The first question of ``earlier`` that ``record`` asks again and nobody took."""
+        key = (record.kind, replay.key_of(record))
+        same = [e for e in earlier if e.id not in self._taken and (e.kind, replay.key_of(e)) == key]
+        if not same:
+            return None
+        visit = await self._visit()
+        return next((e for e in same if e.id in visit), None)
+
+    async def _load(self) -> list[Interaction]:
+        """The questions this node posted on its branch before this execution (read once)."""
+        if self._earlier is None:
+            ctx = self._ctx
+            self._earlier = sorted(
+                (q for q in await ctx.store.interactions(ctx.run_id)
+                 if q.node_id == ctx.node_id and q.branch_id == ctx.branch_id
+                 and q.kind in ASKED),
+                key=lambda q: q.requested_at,
+            )  # fmt: skip
+        return self._earlier
+
+    async def _visit(self) -> set[str]:
+        """The ids of the questions this node announced since it last finished on its branch."""
+        if self._this_visit is None:
+            ctx = self._ctx
+            events = await ctx.store.events(ctx.run_id)
+            mine = [e for e in events if e.node_id == ctx.node_id and e.branch_id == ctx.branch_id]
+            start = max((n for n, e in enumerate(mine) if e.type == "node_finished"), default=-1)
+            self._this_visit = {
+                str(e.data.get("interaction_id"))
+                for e in mine[start + 1 :]
+                if e.type == "human_input_requested"
+            }
+        return self._this_visit

@@ -1,0 +1,216 @@
+"""A node re-run asks its questions again under new call ids: the questions it posted are reused.
+
+Real models mint a fresh tool-call id at every call, so a question asked again
+by a node re-run (resumed after a failure, or after its process died) has a
+new id; it is recognised by its node, visit, kind, text and options. Here
+the scenarios give explicit, different call ids to each run, as a real model
+would; the runs go through the scripted provider and through the real claude
+CLI (against the loopback scenario server), on a DuckDB store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from iterion_nb.runtime.records import Interaction
+from iterion_nb.session import RunHandle
+
+from .conftest import Harness
+from .test_interaction import wait_for
+
+KINDS = ["scripted", "claude_code"]
+
+GATED = """\
+schema result:
+  summary: string
+
+agent asker:
+  model: "scripted"
+  interaction: async
+  output: result
+
+await_answers gate:
+  from: asker
+  timeout: "30s"
+
+workflow w:
+  entry: asker
+  asker -> gate
+  gate -> done
+"""
+
+LOOPED = """\
+schema verdict:
+  ok: bool
+
+agent asker:
+  model: "scripted"
+  interaction: async
+  output: verdict
+
+workflow w:
+  entry: asker
+  asker -> done when ok
+  asker -> asker when not ok as again(3)
+"""
+
+TONE = "Formal or casual?"
+#: Two final answers the schema refuses: the node fails, resumably.
+REFUSED = [{"output": {"wrong": 1}}, {"output": {"wrong": 2}}]
+
+
+def ask(call_id: str, question: str = TONE, **extra: Any) -> dict[str, Any]:
+    return {"name": "ask_user_async", "id": call_id, "input": {"question": question, **extra}}
+
+
+async def failed_run(h: Harness, source: str) -> RunHandle:
+    """Start ``source``; it fails resumably; the session goes away (the run stays)."""
+    run = await h.start(source)
+    assert await run.wait(60) == "failed_resumable", run.error
+    await h.session.close()
+    return run
+
+
+async def announced(run: RunHandle) -> list[str]:
+    return [e.data["interaction_id"] for e in await run.events()
+            if e.type == "human_input_requested"]  # fmt: skip
+
+
+async def asked(run: RunHandle) -> list[Interaction]:
+    return [q for q in await run.questions() if q.kind == "async"]
+
+
+@pytest.mark.parametrize("provider_kind", KINDS)
+async def test_a_question_asked_again_after_a_failure_is_not_posted_twice(
+    harness_factory: Any, duckdb_store: Any
+) -> None:
+    """The reviewer's scenario: resume with a new call id, one question, the gate passes."""
+    first: Harness = harness_factory(
+        {"nodes": {"asker": [{"tool_calls": [ask("toolu_01AbCrandomFirst")]}, *REFUSED]}},
+        store=duckdb_store,
+    )
+    run = await failed_run(first, GATED)
+    (posted,) = await run.pending_questions()
+    assert posted.id == f"{run.id}-toolu_01AbCrandomFirst"
+
+    second: Harness = harness_factory({"nodes": {"asker": [
+        {"tool_calls": [ask("toolu_01XyZrandomSecond")]}, {"output": {"summary": "ok"}},
+    ]}}, store=duckdb_store)  # fmt: skip
+    resumed = await second.session.resume(run.id)
+    await wait_for(lambda: _finished(resumed, "asker"), timeout=60)
+    assert [q.id for q in await resumed.pending_questions()] == [posted.id]
+    assert f"question posted (id {posted.id})" in second.last_user_text("asker", 1)
+    await resumed.answer(posted.id, "casual")
+    assert await resumed.wait(60) == "finished", resumed.error
+    answers = resumed.outputs["gate"]["answers"]
+    assert [(a["interaction_id"], a["answer"]) for a in answers] == [(posted.id, "casual")]
+    assert [q.id for q in await asked(resumed)] == [posted.id]
+    assert await announced(resumed) == [posted.id]  # announced once, when first asked
+
+
+@pytest.mark.parametrize("provider_kind", KINDS)
+async def test_an_answered_question_asked_again_comes_back_with_its_answer(
+    harness_factory: Any, duckdb_store: Any
+) -> None:
+    options = [{"id": "f", "label": "Formal"}, {"id": "c", "label": "Casual"}]
+    first: Harness = harness_factory(
+        {"nodes": {"asker": [{"tool_calls": [ask("toolu_01One", options=options)]}, *REFUSED]}},
+        store=duckdb_store,
+    )
+    run = await failed_run(first, GATED)
+    (posted,) = await run.pending_questions()
+    await first.session.run(run.id).answer(posted.id, "c")  # while the run is down
+
+    second: Harness = harness_factory({"nodes": {"asker": [
+        {"tool_calls": [ask("toolu_01Two", options=options)]}, {"output": {"summary": "ok"}},
+    ]}}, store=duckdb_store)  # fmt: skip
+    resumed = await second.session.resume(run.id)
+    assert await resumed.wait(60) == "finished", resumed.error
+    told = second.last_user_text("asker", 1)
+    assert f"question {posted.id} was asked before and is answered: c" in told
+    assert "[Answer to question" not in told  # not delivered a second time
+    assert [(q.id, q.answers) for q in await asked(resumed)] == [(posted.id, "c")]
+    assert await announced(resumed) == [posted.id]
+    assert [a["interaction_id"] for a in resumed.outputs["gate"]["answers"]] == [posted.id]
+
+
+@pytest.mark.parametrize("provider_kind", KINDS)
+async def test_identical_questions_asked_again_take_the_earlier_ones_in_order(
+    harness_factory: Any, duckdb_store: Any
+) -> None:
+    first: Harness = harness_factory({"nodes": {"asker": [
+        {"tool_calls": [ask("toolu_01A1"), ask("toolu_01A2"), ask("toolu_01A3", "Length?")]},
+        *REFUSED,
+    ]}}, store=duckdb_store)  # fmt: skip
+    run = await failed_run(first, GATED)
+    one, two, length = (f"{run.id}-toolu_01A{n}" for n in (1, 2, 3))
+    await first.session.run(run.id).answer(one, "formal")
+
+    second: Harness = harness_factory({"nodes": {"asker": [
+        {"tool_calls": [ask("toolu_01B1", "Length?"), ask("toolu_01B2"), ask("toolu_01B3"),
+                        ask("toolu_01B4")]},
+        {"output": {"summary": "ok"}},
+    ]}}, store=duckdb_store)  # fmt: skip
+    resumed = await second.session.resume(run.id)
+    await wait_for(lambda: _finished(resumed, "asker"), timeout=60)
+    told = second.last_user_text("asker", 1)
+    assert f"question posted (id {length})" in told
+    assert f"question {one} was asked before and is answered: formal" in told
+    assert f"question posted (id {two})" in told
+    fourth = f"{run.id}-toolu_01B4"  # a third identical ask: none left to take, a new one
+    assert f"question posted (id {fourth})" in told
+    assert {q.id for q in await resumed.pending_questions()} == {two, length, fourth}
+    assert await announced(resumed) == [one, two, length, fourth]
+    await resumed.cancel()
+
+
+@pytest.mark.parametrize("provider_kind", KINDS)
+async def test_the_same_question_in_a_later_loop_iteration_is_a_new_one(
+    harness_factory: Any, duckdb_store: Any
+) -> None:
+    first: Harness = harness_factory({"nodes": {"asker": {"visits": [
+        [{"tool_calls": [ask("toolu_01Visit0")]}, {"output": {"ok": False}}],
+        [{"tool_calls": [ask("toolu_01Visit1")]}, *REFUSED],
+    ]}}}, store=duckdb_store)  # fmt: skip
+    run = await failed_run(first, LOOPED)
+    earlier, current = f"{run.id}-toolu_01Visit0", f"{run.id}-toolu_01Visit1"
+    assert [q.id for q in await asked(run)] == [earlier, current]  # a new one per iteration
+
+    second: Harness = harness_factory({"nodes": {"asker": {"visits": [
+        [],
+        [{"tool_calls": [ask("toolu_01Visit1Again")]}, {"output": {"ok": True}}],
+    ]}}}, store=duckdb_store)  # fmt: skip
+    resumed = await second.session.resume(run.id)
+    assert await resumed.wait(60) == "finished", resumed.error
+    # the re-run of the second iteration takes its own question, not the first iteration's
+    assert f"question posted (id {current})" in second.last_user_text("asker", 1)
+    assert [q.id for q in await asked(resumed)] == [earlier, current]
+    assert await announced(resumed) == [earlier, current]
+
+
+async def _finished(run: RunHandle, node: str) -> bool:
+    return any(e.type == "node_finished" and e.node_id == node for e in await run.events())
+
+
+@pytest.mark.parametrize("provider_kind", KINDS)
+async def test_a_conversation_resumed_after_a_pause_asks_anew(
+    harness_factory: Any, duckdb_store: Any
+) -> None:
+    """Its own questions before the pause are its own: asking the same again is a new question."""
+    h: Harness = harness_factory({"nodes": {"asker": [
+        {"tool_calls": [ask("toolu_01Before")]},
+        {"tool_calls": [{"name": "ask_user", "id": "toolu_01Block",
+                         "input": {"question": "Go on?"}}]},
+        {"tool_calls": [ask("toolu_01After")]},
+        {"output": {"summary": "ok"}},
+    ]}}, store=duckdb_store)  # fmt: skip
+    run = await h.start(GATED)
+    assert await run.wait(60) == "paused_waiting_human", run.error
+    await h.session.run(run.id).answer(f"{run.id}-toolu_01Block", "yes")
+    await wait_for(lambda: _finished(run, "asker"), timeout=60)
+    before, after = f"{run.id}-toolu_01Before", f"{run.id}-toolu_01After"
+    assert f"question posted (id {after})" in h.last_user_text("asker", 3)
+    assert [q.id for q in await run.pending_questions()] == [before, after]
+    await run.cancel()
