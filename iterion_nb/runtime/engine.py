@@ -15,8 +15,10 @@ current node stays in the checkpoint's frontier, so resume re-runs it.
 Durability follows cost: the checkpoint after an agent, judge, llm router,
 tool, human or await node is committed before the branch goes on (a crash
 never re-runs such a node once it finished); after a cheap node it rides the
-store's batch. The stop is recorded in one commit with its event (status,
-checkpoint, ``run_finished``/``run_failed``/…). The engine runs under its
+store's batch. An await_answers gate also commits one checkpoint when it first
+waits on a visit (its deadline, in its frontier's ``resume``). The stop is
+recorded in one commit with its event (status, checkpoint,
+``run_finished``/``run_failed``/…). The engine runs under its
 owner's lease: if the lease is lost (another process took the run), it stops
 at once and writes nothing more.
 """
@@ -195,6 +197,14 @@ class Engine:
         finally:
             if self._slots is not None:
                 await self._slots.acquire()
+
+    async def commit_checkpoint(self) -> None:
+        """Commit a checkpoint (and the events before it) before returning.
+
+        What a node keeps to go on after a stop (its frontier's ``resume``)
+        then survives this process, even a kill -9 a moment later.
+        """
+        await self._save(durable=True)
 
     # -- the run -----------------------------------------------------------
     async def run(self, resumed: bool = False) -> RunStatus:

@@ -418,20 +418,35 @@ class NodeRunner:
     # -- await_answers -----------------------------------------------------
     async def _await_answers(self, node: m.AwaitAnswersNode, f: Frontier) -> Any:
         resumed = f.resume or {}
-        # a wall-clock deadline: kept across a pause, whichever process resumes the run
-        deadline = float(resumed.get("deadline") or time.time() + node.timeout_seconds)
         pending = await self._unanswered(node)
         if pending:
+            deadline = await self._deadline(node, f)
             # Parked for the whole wait: re-checking needs no slot, so a ring
             # that does not release this gate costs its siblings nothing.
             async with self.engine.parked(f):
                 await self._until_answered(node, f, deadline)
+        f.resume = None  # this visit is over: the next one waits its own timeout
         paused = resumed.get("await")
         if isinstance(paused, str):  # the pause that gave the worker back is over
-            f.resume = None
             with contextlib.suppress(ConflictError):
                 await self.store.answer(paused, {"answered": True}, answered_by="iterion")
         return {"answers": await self._answers(node)}
+
+    async def _deadline(self, node: m.AwaitAnswersNode, f: Frontier) -> float:
+        """The gate's wall-clock deadline for this visit: the one recorded when it first waited.
+
+        The first wait records it in the frontier's ``resume`` and commits that
+        checkpoint before waiting (one commit per visit), so the timeout counts
+        from then across pauses, failures, kills and whichever process resumes
+        the run. A new visit (a loop coming back) has a new frontier: a new deadline.
+        """
+        recorded = (f.resume or {}).get("deadline")
+        if isinstance(recorded, int | float):
+            return float(recorded)
+        deadline = time.time() + node.timeout_seconds
+        f.resume = {**(f.resume or {}), "deadline": deadline}
+        await self.engine.commit_checkpoint()
+        return deadline
 
     async def _unanswered(self, node: m.AwaitAnswersNode) -> list[Interaction]:
         return await self.store.pending_interactions(
