@@ -84,6 +84,15 @@ class AlreadyAnsweredError(ConflictError):
 RESUME_APPLIES_EXPIRY = "which applies the gate's on_expire"
 
 
+#: How the reason of a question withdrawn because its run ended begins (not by its asker).
+RUN_ENDED = "its run "
+
+
+def withdrawn_by(reason: str | None) -> str:
+    """Who withdrew a question: its run, by ending (``RUN_ENDED``), else its asker."""
+    return "its run" if (reason or "").startswith(RUN_ENDED) else "its asker"
+
+
 class QuestionClosedError(ConflictError):
     """The question ended without an answer: it ``expired``, or its asker ``retracted`` it.
 
@@ -100,7 +109,8 @@ class QuestionClosedError(ConflictError):
         self.ended = ended
         self.reason = reason
         why = f": {reason}" if reason else ""
-        what = "expired unanswered" if ended == "expired" else f"was withdrawn by its asker{why}"
+        by = "" if withdrawn_by(reason) == "its run" else " by its asker"  # the reason says
+        what = "expired unanswered" if ended == "expired" else f"was withdrawn{by}{why}"
         then = f"; {hint}" if hint else ""
         super().__init__(f"question '{interaction_id}' {what}; it takes no answer{then}")
 

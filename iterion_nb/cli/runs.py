@@ -1011,13 +1011,23 @@ def _shown(result: Any) -> list[str]:
     lines += [f"  waiting: {_asked(q)}" for q in result.get("questions", [])]
     for q in result.get("interactions", []):
         if q["answered_at"] is None:
-            lines.append(f"  asked: {_asked(q)} (pending)")
+            lines.append(f"  asked: {_asked(q)} ({_unanswered(q)})")
             continue
         answer = plain(clip(json.dumps(q["answers"], ensure_ascii=False)))
         lines.append(f"  asked: {_asked(q)}")
         lines.append(f"    answered {answer} by {plain(q['answered_by'])}"
                      f" at {plain(q['answered_at'])}")  # fmt: skip
     return lines
+
+
+def _unanswered(q: dict[str, Any]) -> str:
+    """How an unanswered question stands: pending, expired, or withdrawn (and why)."""
+    if q.get("ended") == "expired":
+        return f"expired unanswered at {plain(q['ended_at'])}"
+    if q.get("ended") == "retracted":
+        reason = q.get("end_reason")
+        return f"withdrawn: {plain(reason)}" if reason else "withdrawn by its asker"
+    return "pending"
 
 
 def _asked(q: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from iterion_nb.errors import CompileError, IterionError
+from iterion_nb.errors import CompileError, IterionError, withdrawn_by
 from iterion_nb.ir import compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Store
@@ -232,6 +232,8 @@ def answer_shown(q: Interaction) -> str:
     A question that ended unanswered says how: expired, or withdrawn (and why).
     """
     if q.ended == "retracted":
+        if withdrawn_by(q.end_reason) == "its run":
+            return f"withdrawn: {q.end_reason}"
         return "withdrawn by its agent" + (f": {q.end_reason}" if q.end_reason else "")
     if q.ended == "expired":
         return "expired unanswered"

@@ -36,8 +36,10 @@ from typing import Any, Protocol
 
 from iterion_nb.errors import (
     RESUME_APPLIES_EXPIRY,
+    AlreadyAnsweredError,
     BadTextError,
     InvalidAnswerError,
+    IterionError,
     NotFoundError,
     QuestionClosedError,
     ResumeError,
@@ -119,6 +121,16 @@ def check_answer_text(answer: object, field: str = "answer") -> None:
         else:
             items = [(item, f"{where}[{n}]") for n, item in enumerate(value)]
         stack.extend(reversed(items))
+
+
+def _repeated(question: Interaction, value: Any, answered_by: str) -> bool:
+    """Whether ``question`` already holds this very answer, by the same person (a retry)."""
+    if question.answered_at is None or question.answered_by != answered_by:
+        return False
+    try:
+        return bool(question.answers == json.loads(json.dumps(value)))
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -255,6 +267,7 @@ class AnswerService:
         check_answer_text(answer)
         found = await self.question(run_id, interaction_id)
         if found.pending:  # else the store says how it ended (answered, expired, retracted)
+            await self._refuse_if_over(run_id, interaction_id)
             answer = lifecycle.check_fits(found, answer)
         try:
             result = await self.store.answer(interaction_id, answer, answered_by=answered_by)
@@ -262,6 +275,22 @@ class AnswerService:
             raise await self._closed(run_id, err) from None
         resumed = await self._resume_if_ready(run_id, interaction_id, answered_by)
         return await self._outcome(run_id, result.message is not None, resumed)
+
+    async def _refuse_if_over(self, run_id: str, interaction_id: str) -> None:
+        """Refuse an answer to a run that ended for good: no agent would ever read it.
+
+        Its open questions are withdrawn as it ends; one still open here (a run
+        that ended before that was done, or whose process died doing it) is
+        withdrawn now, and the refusal says why.
+
+        Raises:
+            QuestionClosedError: The run is ``finished`` or ``failed``.
+        """
+        run = await self.store.get_run(run_id)
+        if run.status in lifecycle.OVER:
+            await lifecycle.retire_questions(self.store, run_id, run.status)
+            reason = lifecycle.run_ended_reason(run_id, run.status)
+            raise QuestionClosedError(interaction_id, "retracted", reason)
 
     async def _closed(self, run_id: str, err: QuestionClosedError) -> QuestionClosedError:
         """The refusal, saying what goes on when an expired gate holds a run nothing keeps."""
@@ -298,10 +327,20 @@ class AnswerService:
         checked = {}
         for iid, value in answers.items():  # every answer checked before any is written
             found = await self.question(run_id, iid)
-            checked[iid] = lifecycle.check_fits(found, value) if found.pending else value
+            if found.pending:
+                checked[iid] = lifecycle.check_fits(found, value)
+            elif not _repeated(found, value, answered_by):  # a retry's repeat writes nothing
+                raise lifecycle.not_pending(found)
+        raced: IterionError | None = None
         for iid, value in checked.items():
-            await self.store.answer(iid, value, answered_by=answered_by)
-        resumed = await self._resume_if_ready(run_id, None, answered_by)
+            try:
+                await self.store.answer(iid, value, answered_by=answered_by)
+            except (AlreadyAnsweredError, QuestionClosedError) as err:  # settled meanwhile
+                raced = err
+                break
+        resumed = await self._resume_if_ready(run_id, None, answered_by)  # what is in counts
+        if raced is not None:
+            raise raced
         return await self._outcome(run_id, False, resumed)
 
     async def _outcome(self, run_id: str, queued: bool, resumed: bool) -> AnswerOutcome:

@@ -15,13 +15,41 @@ from datetime import datetime
 from typing import Any
 
 from iterion_nb.dsl.diagnostics import did_you_mean
-from iterion_nb.errors import AlreadyAnsweredError, InvalidAnswerError, QuestionClosedError
+from iterion_nb.errors import (
+    RUN_ENDED,
+    AlreadyAnsweredError,
+    InvalidAnswerError,
+    QuestionClosedError,
+)
 from iterion_nb.ir import model as m
 from iterion_nb.ir.values import matches_type as fits
-from iterion_nb.runtime.records import Interaction, Option
+from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.records import Interaction, Option, RunStatus
 
 #: The longest a question may stay open (a year): beyond, a mistake.
 MAX_EXPIRY_SECONDS = 365 * 24 * 3600.0
+#: Statuses after which nothing reads an answer: a run's open questions end with it.
+OVER: tuple[RunStatus, ...] = ("finished", "failed")
+
+
+def run_ended_reason(run_id: str, status: str) -> str:
+    """Why an open question of a run that ended for good is withdrawn (``QuestionClosedError``)."""
+    return f"{RUN_ENDED}{run_id} {status} before it was answered, and nothing would read an answer"
+
+
+async def retire_questions(store: Store, run_id: str, status: str) -> list[Interaction]:
+    """Withdraw every open question of a run that ended ``finished`` or ``failed``.
+
+    Each is retracted as its asker would (its ``interaction_retracted`` event):
+    it leaves every inbox, and an answer to it is refused (410 ``retracted``)
+    instead of being stored where no agent will read it. Returns those withdrawn.
+    """
+    withdrawn = []
+    for question in await store.pending_interactions(run_id):
+        ended = await store.retract(question.id, run_ended_reason(run_id, status))
+        if ended.ended == "retracted":
+            withdrawn.append(ended)
+    return withdrawn
 
 
 def not_pending(question: Interaction) -> AlreadyAnsweredError | QuestionClosedError:

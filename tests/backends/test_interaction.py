@@ -93,10 +93,12 @@ async def test_post_and_keep_working(harness_factory: Any) -> None:
     run = await h.start(agent_flow())
     assert await run.wait(10) == "finished", run.error
     assert run.outputs["writer"] == {"summary": "all done"}
-    (question,) = await run.pending_questions()
+    assert await run.pending_questions() == []  # unanswered when the run ended: withdrawn
+    (question,) = await run.questions()
     assert (question.kind, question.question, [o.id for o in question.options]) == (
         "async", "Formal or casual?", ["f", "c"]
     )  # fmt: skip
+    assert question.ended == "retracted"
     assert question.allow_free_text is False
     assert "question posted" in h.last_user_text("writer", 1)
     requested = [e for e in await run.events() if e.type == "human_input_requested"]
