@@ -401,20 +401,36 @@ class AnswerHumanHandler(BaseHandler):
         await self.guarded(act, run_id)
 
 
-class ResumeHandler(BaseHandler):
-    """``POST /api/runs/{id}/resume`` ``{"force": false}``: resume the run in the serving process.
+#: ``…/resume`` with ``"force": true`` and no ``source``: there is nothing to force.
+FORCE_NEEDS_SOURCE = (
+    "force needs source: without it the run resumes its recorded source"
+    ' (send the edited workflow as "source", with "force": true)'
+)
 
+
+class ResumeHandler(BaseHandler):
+    """``POST /api/runs/{id}/resume`` ``{"source": "...", "force": false}``: resume it here.
+
+    Without ``source`` the run resumes on its recorded source; with it, on that
+    workflow text (``force``: even though it is not the recorded one).
     409 ``run_owned`` (naming the owner) while another live process owns it,
-    409 ``not_resumable`` when its status does not allow it.
+    409 ``not_resumable`` when its status does not allow it, or the source
+    changed and ``force`` is not set, or it is another workflow's; 400
+    ``bad_request`` for ``force`` without ``source``, or a source with errors.
     """
 
     async def post(self, run_id: str) -> None:
         async def act() -> None:
-            data = self.body(("force",))
+            data = self.body(("force", "source"))
             force = data.get("force", False)
             if not isinstance(force, bool):
                 raise ApiError(400, "bad_request", "force must be true or false")
-            self.reply({"status": await self.service.resume(run_id, force)})
+            source = data.get("source")
+            if "source" in data and not isinstance(source, str):
+                raise ApiError(400, "bad_request", "source must be a workflow's text (a string)")
+            if force and source is None:
+                raise ApiError(400, "bad_request", FORCE_NEEDS_SOURCE)
+            self.reply({"status": await self.service.resume(run_id, force, source)})
 
         await self.guarded(act, run_id)
 

@@ -316,7 +316,7 @@ class StoreService:
         outcome = await self.answers.answer_human(run_id, answers, answered_by)
         return outcome.to_dict()
 
-    async def resume(self, run_id: str, force: bool) -> str:
+    async def resume(self, run_id: str, force: bool, source: str | None = None) -> str:
         """Resuming needs a process that runs workflows; this one runs none.
 
         Raises:

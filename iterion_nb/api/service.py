@@ -56,9 +56,12 @@ class RunService(Protocol):
         """Answer what a paused run waits on and resume it."""
         ...
 
-    async def resume(self, run_id: str, force: bool) -> str:
+    async def resume(self, run_id: str, force: bool, source: str | None = None) -> str:
         """Resume a run in the serving process; returns its status.
 
+        With ``source`` (a workflow's text) the run resumes on it: refused
+        (ResumeError) when it is not the run's recorded source unless ``force``,
+        and when it is another workflow's; a CompileError when it has errors.
         Raises RunOwnedError while another live process owns the run.
         """
         ...

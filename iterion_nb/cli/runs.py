@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import getpass
 import json
 import logging
@@ -49,20 +50,25 @@ from iterion_nb.errors import (
     RESUME_APPLIES_EXPIRY,
     AlreadyAnsweredError,
     BadTextError,
+    CompileError,
     InvalidAnswerError,
     IterionError,
     RunOwnedError,
     StoreError,
 )
+from iterion_nb.ir import compile_workflow
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.answers import is_cluster_run, ready_to_resume
 from iterion_nb.runtime.lifecycle import FORM_REFUSAL, form_fields
 from iterion_nb.runtime.records import RUN_STATUSES
+from iterion_nb.runtime.values import preset_values, resolve_vars
+from iterion_nb.safe_input import InputFileError, read_bytes
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.cluster import CLUSTER_ENV, reach_scheduler
-from iterion_nb.session.launch import answers_yaml
+from iterion_nb.session.core import SourceChangedError
+from iterion_nb.session.launch import answers_yaml, attachment_values
 from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.location import mask_url, missing_store, store_url
@@ -147,7 +153,14 @@ def add_commands(sub: Any) -> None:
     add_follow(verbs, _common)
     resume = sub.add_parser("resume", help="resume a paused, failed or cancelled run here")
     resume.add_argument("run_id", type=id_arg)
-    resume.add_argument("--force", action="store_true", help="even if the source changed")
+    resume.add_argument(
+        "--workflow", metavar="FILE",
+        help="resume on this file's source (default: the source the run recorded);"
+        " refused if it changed, unless --force",
+    )  # fmt: skip
+    resume.add_argument(
+        "--force", action="store_true", help="with --workflow: even if the source changed"
+    )
     resume.add_argument("--scenario")
     _cluster(resume)
     _common(resume)
@@ -654,7 +667,7 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     if own in _OWN_WAY:  # commands with a course of their own (not one call on the store)
         return await _OWN_WAY[own](args, out)
     if args.command in ("run", "resume"):  # every file read and checked before a store opens
-        return await _foreground(args, out, read_run_inputs(args))
+        return await _foreground(args, out, _run_inputs(args))
     action = args.verb if args.command == "runs" else "cancel"
     result, remote = await _call(args, action)
     if action == "answers" and args.export is not None:
@@ -928,20 +941,73 @@ def _next_step(status: str, result: dict[str, Any], args: argparse.Namespace) ->
     return ""
 
 
+#: ``resume --force`` without ``--workflow``: there is nothing to force.
+FORCE_NEEDS_WORKFLOW = (
+    "--force needs --workflow FILE: without it the run resumes its recorded source"
+    " (give the edited workflow file with --workflow FILE --force)"
+)
+
+
+def _run_inputs(args: argparse.Namespace) -> RunInputs:
+    """What ``run`` and ``resume`` were given, read and checked before a store opens.
+
+    ``resume --workflow FILE`` reads and compiles FILE as ``run FILE`` does
+    (a file that cannot be used: exit 2; one with errors: each as
+    ``file:line:col``, exit 1).
+
+    Raises:
+        InputError: As :func:`read_run_inputs` says; ``resume --force`` without
+            ``--workflow`` (exit 2).
+    """
+    if args.command == "resume" and args.force and args.workflow is None:
+        raise InputError(FORCE_NEEDS_WORKFLOW)
+    inputs = read_run_inputs(args)
+    if args.command != "resume" or args.workflow is None:
+        return inputs
+    try:
+        workflow = compile_workflow(read_bytes(args.workflow), args.workflow)
+    except InputFileError as err:
+        raise InputError(str(err)) from None
+    except CompileError as err:
+        raise InputError(str(err), 1) from None
+    return dataclasses.replace(inputs, workflow=workflow)
+
+
+async def _resume(session: Session, args: argparse.Namespace, inputs: RunInputs) -> RunHandle:
+    """Resume the run, on the ``--workflow`` file's source if one was given.
+
+    Raises:
+        InputError: It failed for want of a scenario, and none is given.
+        CliError: The file's source is not the run's recorded one, and no
+            ``--force`` (nothing changed: the run is as it was).
+    """
+    run_id = args.run_id
+    if inputs.scenario is None:  # it failed for want of one: it would fail again
+        record = await session.store.get_run(run_id)
+        if record.launch.get("scenario") is None and NO_SCENARIO in (record.error or ""):
+            raise InputError(
+                f"run {run_id} failed for want of a scenario (its agents answer from"
+                " one, and it recorded none): resume it with --scenario FILE"
+                " (examples/*.scenario.yaml are samples)"
+            )
+    try:
+        return await session.resume(
+            run_id, workflow=inputs.workflow, force=args.force, scenario=inputs.scenario
+        )
+    except SourceChangedError as err:
+        shown = plain(args.workflow)
+        where = f" --store {shlex.quote(mask_url(args.store))}" if args.store else ""
+        again = f"iterion-nb resume {run_id} --workflow {shlex.quote(shown)} --force{where}"
+        said = err.refusal(f"add --force (`{again}`)", shown)
+        raise CliError(f"{said}; nothing changed") from None
+
+
 async def _begin(session: Session, args: argparse.Namespace, inputs: RunInputs) -> RunHandle:
     """Start (``run``) or resume the run; a stop meanwhile still names it, and the resume."""
     run_id = args.run_id if args.command == "resume" else uuid.uuid4().hex[:12]
     try:
         if args.command == "resume":
-            if inputs.scenario is None:  # it failed for want of one: it would fail again
-                record = await session.store.get_run(run_id)
-                if record.launch.get("scenario") is None and NO_SCENARIO in (record.error or ""):
-                    raise InputError(
-                        f"run {run_id} failed for want of a scenario (its agents answer from"
-                        " one, and it recorded none): resume it with --scenario FILE"
-                        " (examples/*.scenario.yaml are samples)"
-                    )
-            return await session.resume(run_id, force=args.force, scenario=inputs.scenario)
+            return await _resume(session, args, inputs)
         assert inputs.workflow is not None  # read for `run`
         return await session.start(
             inputs.workflow, vars=dict(_pair(v) for v in args.var), run_id=run_id,

@@ -48,6 +48,7 @@ from iterion_nb.runtime.values import preset_values, resolve_vars
 from iterion_nb.runtime.wire import interaction_json
 from iterion_nb.session import Session
 from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, DaskExecutor
+from iterion_nb.session.core import SourceChangedError
 from iterion_nb.session.launch import answers_yaml, attachment_values, read_answers
 from iterion_nb.store.location import (
     is_store_url,
@@ -122,6 +123,7 @@ def _line_parser() -> _Parser:
     resume = verbs.add_parser("resume", add_help=False)
     resume.add_argument("run_id")
     resume.add_argument("--scenario", metavar="EXPR")
+    resume.add_argument("--workflow", metavar="NAME")
     resume.add_argument("--force", action="store_true")
     for verb in ("show", "cancel", "wait"):
         verbs.add_parser(verb, add_help=False).add_argument("run_id")
@@ -141,7 +143,7 @@ def _line_parser() -> _Parser:
 USAGE = (
     "%iterion runs | show RUN | inbox [RUN] | questions RUN [--wait N]"
     " | answer RUN IID TEXT [--if-pending] [--json]"
-    " | resume RUN | answers RUN [--export FILE]"
+    " | resume RUN [--workflow NAME [--force]] | answers RUN [--export FILE]"
     " | cancel RUN | wait RUN | report RUN [--format html|md] [-o FILE]"
     "  (each takes --store PATH)"
 )
@@ -424,7 +426,26 @@ class IterionMagics(Magics):
             ) from None
         return Answered(outcome, run_id=args.run_id)
 
+    def _workflow_named(self, name: str | None, force: bool) -> m.Workflow | None:
+        """``resume --workflow NAME``: the workflow a ``%%iterion`` cell bound to NAME.
+
+        Raises:
+            UsageError: ``--force`` without ``--workflow``; NAME binds no workflow.
+        """
+        if name is None:
+            if force:
+                raise UsageError(f"%iterion resume: {FORCE_NEEDS_WORKFLOW}")
+            return None
+        wf = self.shell.user_ns.get(name)
+        if not isinstance(wf, m.Workflow):
+            raise UsageError(
+                f"%iterion resume --workflow {name}: no workflow is named {name!r} in this"
+                f" kernel: define it in a `%%iterion {name}` cell first"
+            )
+        return wf
+
     async def _resume(self, session: Session, args: argparse.Namespace) -> LiveRun:
+        workflow = self._workflow_named(args.workflow, args.force)
         scenario = self._scenario(args.scenario)
         record = await session.store.get_run(args.run_id)
         recorded = record.launch.get("scenario")
@@ -434,7 +455,16 @@ class IterionMagics(Magics):
                 " scenario: pass --scenario EXPR (a dict or a file)"
             )
         await _reach_cluster(session, "%iterion resume")
-        await session.resume(args.run_id, force=args.force, scenario=scenario, answered_by="magic")
+        try:
+            await session.resume(
+                args.run_id, workflow=workflow, force=args.force, scenario=scenario,
+                answered_by="magic",
+            )  # fmt: skip
+        except SourceChangedError as err:
+            how = f"add --force (%iterion resume {args.run_id} --workflow {args.workflow} --force)"
+            given = f"workflow {args.workflow!r} of this kernel"
+            said = err.refusal(how, given)
+            raise UsageError(f"%iterion resume: {said}; nothing changed") from None
         if scenario is not None:
             print(f"resuming run {args.run_id} with the scenario given (--scenario)")
         elif recorded is not None:
@@ -485,7 +515,12 @@ VERBS = (
     "runs", "show", "inbox", "questions", "answer", "resume", "cancel", "wait", "report", "answers",
 )  # fmt: skip
 #: The line magics' arguments that name a run, a question or a place.
-_ID_ARGS = ("run_id", "interaction_id", "store", "output", "scenario", "export")
+_ID_ARGS = ("run_id", "interaction_id", "store", "output", "scenario", "export", "workflow")
+#: ``%iterion resume --force`` without ``--workflow``: there is nothing to force.
+FORCE_NEEDS_WORKFLOW = (
+    "--force needs --workflow NAME: without it the run resumes its recorded source"
+    " (give the edited workflow, defined in a `%%iterion NAME` cell, with --workflow NAME --force)"
+)
 
 
 def _attachments(wf: m.Workflow, items: list[str]) -> dict[str, str]:

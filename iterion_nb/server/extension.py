@@ -238,9 +238,9 @@ class HolderOrFileService:
         """Answer what a paused run waits on."""
         return await (await self._ready()).answer_human(run_id, answers, answered_by)
 
-    async def resume(self, run_id: str, force: bool) -> str:
+    async def resume(self, run_id: str, force: bool, source: str | None = None) -> str:
         """Refused: the server runs no workflows."""
-        return await (await self._ready()).resume(run_id, force)
+        return await (await self._ready()).resume(run_id, force, source)
 
     async def cancel(self, run_id: str) -> str:
         """Cancel a run (one executing elsewhere is asked to stop)."""

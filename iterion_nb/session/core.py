@@ -69,6 +69,31 @@ from iterion_nb.store.remote import open_store
 CANCELLED_LOG = logging.getLogger("iterion_nb.session.cancelled")
 
 
+class SourceChangedError(ResumeError):
+    """A resume given a workflow source other than the one its run recorded, not forced.
+
+    Each surface says how to force it (:meth:`refusal`); ``str(err)`` says it for Python.
+    """
+
+    def __init__(self, run: RunRecord, given: m.Workflow) -> None:
+        self.run_id = run.id
+        self.workflow = run.workflow
+        self.recorded_hash = run.source_hash
+        self.given_hash = given.source_hash
+        super().__init__(self.refusal("pass force=True"))
+
+    def refusal(self, how: str, given: str = "the workflow given") -> str:
+        """The refusal: what differs, and ``how`` to resume with the new source anyway.
+
+        ``given`` names the new source where it came from (a file, a cell).
+        """
+        return (
+            f"the workflow of run '{self.run_id}' changed since it started; {how} to resume"
+            f" with the new source (the run recorded workflow '{self.workflow}' with source"
+            f" sha256 {self.recorded_hash[:12]}…; {given} has sha256 {self.given_hash[:12]}…)"
+        )
+
+
 class Session:
     """Starts, resumes and looks up runs on one store with one backend.
 
@@ -288,7 +313,8 @@ class Session:
         session) owns it, :class:`~iterion_nb.errors.RunOwnedError` names
         that owner and nothing changes. ``answers`` (interaction id -> answer)
         are recorded once the run is ours. Without ``workflow`` the run's own
-        source is used; a different source is refused unless ``force``. The
+        source is used; a different source is refused unless ``force``
+        (:class:`SourceChangedError`), one of another workflow always. The
         scripted model uses ``scenario``, else the one the run recorded. With
         a cluster, the run is taken for it and executes on a worker; a worker
         takes a run queued for it with ``take_from`` (the queue's claimant).
@@ -394,11 +420,14 @@ class Session:
         if workflow is None:
             return compile_stored(run.source, f"<run {run.id}>"), run.source
         wf, text = workflow_of(workflow, None)
-        if wf.source_hash != run.source_hash and not force:
+        if wf.name != run.workflow:  # forced or not: a run's record names one workflow
             raise ResumeError(
-                f"the workflow of run '{run.id}' changed since it started; pass force=True"
-                " to resume with the new source"
+                f"run '{run.id}' is a run of workflow '{run.workflow}', not '{wf.name}':"
+                " it resumes only with a source of its own workflow (forcing allows a"
+                " changed source, not another workflow)"
             )
+        if wf.source_hash != run.source_hash and not force:
+            raise SourceChangedError(run, wf)
         return wf, text
 
     async def _give_back(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from iterion_nb.errors import RunError
+from iterion_nb.errors import ResumeError, RunError
+from iterion_nb.ir import compile_workflow
 from iterion_nb.runtime.records import RUN_STATUSES, Event, Interaction, Run
+from iterion_nb.session.core import SourceChangedError
 
 if TYPE_CHECKING:
     from iterion_nb.session.core import Session
@@ -59,9 +61,22 @@ class SessionService:
         outcome = await self.session.answers.answer_human(run_id, answers, answered_by)
         return outcome.to_dict()
 
-    async def resume(self, run_id: str, force: bool) -> str:
-        """Resume a run in this process; its status."""
-        handle = await self.session.resume(run_id, force=force, answered_by="api")
+    async def resume(self, run_id: str, force: bool, source: str | None = None) -> str:
+        """Resume a run in this process (on ``source``, a workflow's text, if given); its status.
+
+        Raises:
+            CompileError: ``source`` has errors (each as ``<source>:line:col``).
+            ResumeError: As :meth:`Session.resume <iterion_nb.session.core.Session.resume>`;
+                a changed source, not forced, says to send ``"force": true``.
+        """
+        workflow = None if source is None else compile_workflow(source, "<source>")
+        try:
+            handle = await self.session.resume(
+                run_id, workflow=workflow, force=force, answered_by="api"
+            )
+        except SourceChangedError as err:
+            said = err.refusal('send "force": true', "the source sent")
+            raise ResumeError(f"{said}; nothing changed") from None
         return handle.status
 
     async def cancel(self, run_id: str) -> str:

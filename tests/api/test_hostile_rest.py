@@ -586,7 +586,7 @@ UNKNOWN_FIELDS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
                {"answer": "typo", "answerd_by": "alice"}, ["answer", "answered_by"]),
     "answer-human": ("/api/runs/texts/answer-human", {"answers": {"{iid}": "x"}, "by": "alice"},
                      ["answers", "answer", "answered_by"]),
-    "resume": ("/api/runs/texts/resume", {"forse": True}, ["force"]),
+    "resume": ("/api/runs/texts/resume", {"forse": True}, ["force", "source"]),
     "cancel": ("/api/runs/texts/cancel", {"reason": "because"}, []),
     "store rpc": ("/api/store/get_run", {"args": ["texts"], "kwarg": {}}, ["args", "kwargs"]),
 }  # fmt: skip

@@ -1,0 +1,137 @@
+"""``iterion-nb resume RUN --workflow FILE [--force]``: resuming on an edited file, as a subprocess.
+
+A run records its workflow's source; ``resume`` goes on with that source
+unless ``--workflow FILE`` names another, which is refused when it changed
+unless ``--force`` (and always when it is another workflow's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import iterion_nb as it
+from tests.cli.test_cli import run
+
+FAILING = 'tool t:\n  command: "exit 3"\n\nworkflow w:\n  entry: t\n  t -> done\n'
+FIXED = FAILING.replace("exit 3", "echo fixed")
+OTHER = FIXED.replace("workflow w:", "workflow other:")
+BROKEN = FIXED.replace("t -> done", "t -> nowhere")
+
+
+def iterion(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``iterion-nb ARGS --store s.duckdb``, in ``tmp_path``."""
+    return run(*args, "--store", "s.duckdb", cwd=tmp_path)
+
+
+def shown(tmp_path: Path, run_id: str) -> dict[str, Any]:
+    """``runs show RUN --json``, with the run's checkpoint and source read from the store."""
+    proc = iterion(tmp_path, "runs", "show", run_id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+
+    async def read() -> None:
+        session = it.Session(tmp_path / "s.duckdb", serve=False)
+        try:
+            record = await session.store.get_run(run_id)
+        finally:
+            await session.close()
+        data["checkpoint"], data["source"] = record.checkpoint, record.source
+
+    asyncio.run(read())
+    return data
+
+
+@pytest.fixture
+def failed(tmp_path: Path) -> str:
+    """A run of ``r.iter`` that failed resumably at its tool; the file then fixed."""
+    (tmp_path / "r.iter").write_text(FAILING)
+    proc = iterion(tmp_path, "run", "r.iter", "--json")
+    assert proc.returncode == 1, proc.stderr
+    run_id: str = json.loads(proc.stdout)["id"]
+    assert shown(tmp_path, run_id)["status"] == "failed_resumable"
+    (tmp_path / "r.iter").write_text(FIXED)
+    return run_id
+
+
+def test_the_fixed_file_resumes_with_force(tmp_path: Path, failed: str) -> None:
+    proc = iterion(tmp_path, "resume", failed, "--workflow", "r.iter", "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert f"run {failed} (w): finished" in proc.stdout
+    after = shown(tmp_path, failed)
+    assert after["status"] == "finished"
+    assert after["outputs"]["t"]["stdout"] == "fixed\n"
+    assert after["source"] == FIXED
+    # the run now records the source it finished with: a resume without --workflow uses it
+    again = iterion(tmp_path, "resume", failed)
+    assert again.returncode == 1 and "is finished and cannot be resumed" in again.stderr
+
+
+def test_without_workflow_the_recorded_source_runs_again(tmp_path: Path, failed: str) -> None:
+    proc = iterion(tmp_path, "resume", failed)
+    assert proc.returncode == 1
+    assert "command exited with 3" in proc.stdout  # the edited file is not read
+    assert shown(tmp_path, failed)["status"] == "failed_resumable"
+
+
+def test_a_changed_file_without_force_is_refused_and_the_run_untouched(
+    tmp_path: Path, failed: str
+) -> None:
+    before = shown(tmp_path, failed)
+    proc = iterion(tmp_path, "resume", failed, "--workflow", "r.iter")
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    said = proc.stderr
+    assert said.startswith(f"iterion-nb: the workflow of run '{failed}' changed since it started")
+    assert f"`iterion-nb resume {failed} --workflow r.iter --force --store s.duckdb`" in said
+    assert f"recorded workflow 'w' with source sha256 {before['source_hash'][:12]}" in said
+    assert "r.iter has sha256" in said and said.rstrip().endswith("nothing changed")
+    assert before["checkpoint"] is not None
+    assert shown(tmp_path, failed) == before  # status, checkpoint, source: as they were
+
+
+def test_the_unchanged_file_resumes_without_force(tmp_path: Path, failed: str) -> None:
+    (tmp_path / "same.iter").write_text(FAILING)
+    proc = iterion(tmp_path, "resume", failed, "--workflow", "same.iter")
+    assert proc.returncode == 1, proc.stderr  # it ran again, and failed again
+    assert "command exited with 3" in proc.stdout
+
+
+def test_force_alone_is_a_usage_error(tmp_path: Path, failed: str) -> None:
+    before = shown(tmp_path, failed)
+    proc = iterion(tmp_path, "resume", failed, "--force")
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "iterion-nb: --force needs --workflow FILE: without it the run resumes its recorded"
+        " source (give the edited workflow file with --workflow FILE --force)\n"
+    )
+    assert shown(tmp_path, failed) == before
+
+
+def test_another_workflow_is_refused_even_with_force(tmp_path: Path, failed: str) -> None:
+    before = shown(tmp_path, failed)
+    (tmp_path / "other.iter").write_text(OTHER)
+    proc = iterion(tmp_path, "resume", failed, "--workflow", "other.iter", "--force")
+    assert proc.returncode == 1
+    assert f"run '{failed}' is a run of workflow 'w', not 'other'" in proc.stderr
+    assert shown(tmp_path, failed) == before
+
+
+def test_a_file_with_errors_is_reported_as_file_line_col(tmp_path: Path, failed: str) -> None:
+    before = shown(tmp_path, failed)
+    (tmp_path / "broken.iter").write_text(BROKEN)
+    proc = iterion(tmp_path, "resume", failed, "--workflow", "broken.iter", "--force")
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[:2] == [
+        "iterion-nb: broken.iter: 1 error",
+        "broken.iter:6:3: error[C001]: unknown node 'nowhere' in edge",
+    ]
+    missing = iterion(tmp_path, "resume", failed, "--workflow", "nope.iter", "--force")
+    assert missing.returncode == 2
+    assert missing.stderr == "iterion-nb: nope.iter: no such file\n"
+    assert shown(tmp_path, failed) == before
