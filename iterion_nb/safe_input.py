@@ -247,6 +247,8 @@ def load_yaml(text: str, name: str) -> Any:
         mark = getattr(err, "problem_mark", None)
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else name
         problem = getattr(err, "problem", None) or "not YAML"
+        if problem == "but found another document":  # PyYAML's words lack their first half
+            problem = "a second YAML document (`---`): the file must hold one"
         raise InputFileError(where, problem) from None
     except RecursionError:  # a bound above should have caught it first
         raise InputFileError(name, "nested too deeply") from None

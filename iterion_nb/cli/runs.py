@@ -141,7 +141,7 @@ def add_commands(sub: Any) -> None:
     )
     answer.add_argument("--json-value", action="store_true", help="read the answer as JSON")
     answer.add_argument(
-        "--as", dest="answered_by", default=None,
+        "--as", dest="answered_by", default=None, type=id_arg,
         help="who answers (default: your user name, as a notebook's click records it)",
     )  # fmt: skip
     answer.add_argument(
@@ -887,8 +887,27 @@ _DETACH_NEEDS_HOLDER = (
 )
 
 
+def _check_launch(args: argparse.Namespace, inputs: RunInputs) -> None:
+    """``run``: its --var, --preset and --attach checked before a store is opened (or made).
+
+    Raises:
+        CliError: One is refused, as :meth:`Session.start` would (nothing is created).
+    """
+    if args.command != "run" or inputs.workflow is None:
+        return
+    wf = inputs.workflow
+    given = dict(_pair(v) for v in args.var)
+    files = dict(_pair(a, "--attach") for a in args.attach)
+    try:
+        resolve_vars(wf, {**preset_values(wf, args.preset), **given})
+        attachment_values(wf, files)
+    except IterionError as err:
+        raise CliError(str(err)) from None
+
+
 async def _foreground(args: argparse.Namespace, out: TextIO, inputs: RunInputs) -> int:
     _before_session(args)
+    _check_launch(args, inputs)
     session = _session(args.store, serve=True, scenario=inputs.scenario, cluster=args.cluster)
     detach = getattr(args, "detach", False)
     try:

@@ -59,6 +59,11 @@ async def store_copy(args: argparse.Namespace) -> dict[str, Any]:
         raise IterionError("SRC and DST are the same store")
     src = open_store(args.src)
     try:
+        for run_id in args.run:  # named runs the source lacks: said before DST is made
+            try:
+                await src.get_run(run_id)
+            except NotFoundError as err:
+                raise IterionError(f"the source has {err}; nothing was copied") from None
         dst = open_store(args.dst)
         try:
             return await copy_runs(src, dst, args.run)

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 import traceback
 import uuid
 from collections.abc import Mapping
@@ -62,7 +63,8 @@ from iterion_nb.session.launch import (
     workflow_of,
 )
 from iterion_nb.session.leases import LeaseKeeper
-from iterion_nb.store import DuckDBStore
+from iterion_nb.store import DuckDBStore, resolve_store_path
+from iterion_nb.store.location import mask_url
 from iterion_nb.store.remote import open_store
 
 #: Says when a run was cancelled by nobody's asking (the CLI, which says it itself, mutes it).
@@ -524,7 +526,8 @@ class Session:
             CANCELLED_LOG.warning(
                 "iterion_nb: run %s was cancelled: the task that executed it was cancelled"
                 " (its event loop stopping? a script must `await run.wait()` before it"
-                " returns); it is resumable: `iterion-nb resume %s`", run_id, run_id,
+                " returns); it is resumable: `iterion-nb resume %s%s`",
+                run_id, run_id, self._store_option(),
             )  # fmt: skip
         lost = engine.outcome is not None and engine.outcome.lost
         if status == "paused_waiting_human" and not lost:
@@ -532,6 +535,18 @@ class Session:
         else:
             self.leases.drop(run_id)
         return status
+
+    def _store_option(self) -> str:
+        """`` --store WHERE`` that names this session's store to the CLI ("" for the default)."""
+        url = getattr(self.store, "url", None)
+        if isinstance(url, str):
+            return f" --store {shlex.quote(mask_url(url))}"
+        path = getattr(self.store, "path", None)
+        if path is None:  # a store in memory: no command reaches it
+            return ""
+        if Path(path).resolve() == resolve_store_path(None).resolve():
+            return ""
+        return f" --store {shlex.quote(str(path))}"
 
     async def _record_failure(self, engine: Engine, message: str) -> None:
         """Settle a run the engine gave up on, with ``message``, whatever its state holds.

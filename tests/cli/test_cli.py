@@ -666,3 +666,19 @@ def test_an_agent_a_variable_may_turn_away_from_needs_no_scenario(tmp_path: Path
     assert json.loads(done.stdout)["status"] == "finished"
     wet = run("run", "w.iter", "--var", "dry=true", cwd=tmp_path)  # it fails where it runs
     assert wet.returncode == 1 and "node 'fake' uses the scripted model" in wet.stdout
+
+
+@pytest.mark.parametrize(
+    "given",
+    [("--var", "topc=1"), ("--var", "topc"), ("--preset", "nosuch"), ("--attach", "a=nosuch")],
+    ids=["unknown-var", "no-equals", "unknown-preset", "unknown-attachment"],
+)
+def test_a_run_refused_for_its_inputs_leaves_no_store_behind(
+    tmp_path: Path, given: tuple[str, str]
+) -> None:
+    store = tmp_path / "typo.duckdb"
+    proc = run("run", "examples/minimal.iter", "--scenario", "examples/minimal.scenario.yaml",
+               *given, "--store", str(store))  # fmt: skip
+    assert proc.returncode in (1, 2) and proc.stderr.startswith("iterion-nb: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not store.exists() and list(tmp_path.iterdir()) == []

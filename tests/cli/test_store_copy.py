@@ -86,6 +86,15 @@ def test_a_source_that_is_no_store_is_named_and_nothing_is_made(tmp_path: Path) 
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_named_run_the_source_lacks_makes_no_destination(tmp_path: Path) -> None:
+    (tmp_path / "gate.iter").write_text(GATE)
+    assert cli("run", "gate.iter", "--store", "src.duckdb", cwd=tmp_path).returncode == 0
+    done = cli("store", "copy", "src.duckdb", "dst.duckdb", "--run", "nosuch", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == "iterion-nb: the source has no run 'nosuch'; nothing was copied\n"
+    assert not (tmp_path / "dst.duckdb").exists()
+
+
 def test_a_run_waiting_in_a_clusters_queue_is_skipped_as_queued(tmp_path: Path) -> None:
     """Once named as `owned by process N` — the process that queued it, long gone."""
     import asyncio

@@ -128,11 +128,19 @@ def test_a_script_that_returns_before_its_run_ends_is_told_so(tmp_path: Path) ->
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     run_id = done.stdout.strip()
+    store = tmp_path / "store" / "iterion.duckdb"
     assert done.stderr == (
         f"iterion_nb: run {run_id} was cancelled: the task that executed it was cancelled (its"
         " event loop stopping? a script must `await run.wait()` before it returns); it is"
-        f" resumable: `iterion-nb resume {run_id}`\n"
+        f" resumable: `iterion-nb resume {run_id} --store {store}`\n"
     )
+    # the command it gives works as given (not in the store's own directory, either)
+    command = done.stderr.split("`")[-2].split()
+    cli = Path(sys.executable).parent / "iterion-nb"
+    resumed = subprocess.run([str(cli), *command[1:]], capture_output=True, text=True,
+                             timeout=60, check=False, cwd=Path.home())  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"run {run_id} (w): finished" in resumed.stdout
 
 
 async def test_a_scenario_for_one_run_naming_a_node_the_workflow_lacks_is_refused(
