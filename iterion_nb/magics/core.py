@@ -473,7 +473,12 @@ class IterionMagics(Magics):
 
     async def _cancel(self, session: Session, args: argparse.Namespace) -> str:
         await session.store.get_run(args.run_id)
-        return await session.run(args.run_id).cancel()
+        status = await session.run(args.run_id).cancel()
+        if status in ("finished", "failed"):  # as `iterion-nb cancel` says it (exit 1)
+            raise UsageError(
+                f"%iterion cancel: run {args.run_id} already {status}; nothing to cancel"
+            )
+        return status
 
     async def _report(self, session: Session, args: argparse.Namespace) -> Any:
         text = await session.run(args.run_id).report(args.format, args.output)

@@ -251,6 +251,11 @@ def test_run_answer_wait_through_the_magics(
         f"UsageError: %iterion answer: question '{shell.user_ns['q'].id}' is already answered"
         " by magic: 'Formal' — nothing sent\n"
     )
+    # a finished run has nothing to cancel: said as the CLI says it, not returned as a status
+    assert not run(shell, "%iterion cancel {r.id}").success
+    assert capsys.readouterr().err == (
+        f"UsageError: %iterion cancel: run {handle.id} already finished; nothing to cancel\n"
+    )
 
 
 def test_a_second_answer_says_who_answered_and_what_as_the_cli_does(
