@@ -20,7 +20,7 @@ from iterion_nb.cli.runs import CliError, add_commands, run_command
 from iterion_nb.dsl.diagnostics import Severity, render_all
 from iterion_nb.errors import CompileError, IterionError
 from iterion_nb.ir import CompileResult, analyze
-from iterion_nb.ir.mermaid import to_mermaid
+from iterion_nb.ir.mermaid import graph_json, to_mermaid
 from iterion_nb.safe_input import InputFileError, read_bytes
 
 EXIT_OK = 0
@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--json", action="store_true", help="print diagnostics as JSON")
     graph = sub.add_parser("graph", help="print the workflow as a Mermaid flowchart")
     graph.add_argument("file", help="the workflow file (.iter or .bot) to draw")
+    graph.add_argument(
+        "--json", action="store_true",
+        help="print the workflow as JSON (entry, nodes, edges, and the Mermaid text)",
+    )  # fmt: skip
     add_commands(sub)
     return parser
 
@@ -98,9 +102,17 @@ def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``graph FILE``: Mermaid on stdout; diagnostics on stderr if it does not compile."""
     result = _compile(args.file)
     if result.workflow is None:
+        if args.json:  # as `validate --json` says it, on stdout
+            diagnostics = [d.to_json() for d in result.diagnostics]
+            out.write(json.dumps({"ok": False, "diagnostics": diagnostics}, indent=2) + "\n")
+            return EXIT_INVALID
         err.write(render_all(result.diagnostics, result.source) + "\n\n")
         err.write(_summary(result) + "\n")
         return EXIT_INVALID
+    if args.json:
+        data = {"ok": True, **graph_json(result.workflow)}
+        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        return EXIT_OK
     out.write(to_mermaid(result.workflow))
     return EXIT_OK
 

@@ -167,10 +167,11 @@ def add_commands(sub: Any) -> None:
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id", type=id_arg)
     _common(cancel)
-    report = sub.add_parser("report", help="a run's report, as HTML or Markdown")
+    report = sub.add_parser("report", help="a run's report, as HTML, Markdown or JSON")
     report.add_argument("run_id", type=id_arg)
-    report.add_argument("--format", choices=("html", "md"),
+    report.add_argument("--format", choices=("html", "md", "json"),
                         help="default: from the -o file's suffix, else md")  # fmt: skip
+    report.add_argument("--json", action="store_true", help="the report as JSON (--format json)")
     report.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     report.add_argument("--store", type=store_arg, help=STORE_HELP)
     add_store_commands(sub)
@@ -555,10 +556,12 @@ def _stop_on_signals() -> None:
 
 async def _report(args: argparse.Namespace, out: TextIO) -> int:
     """``report RUN``: through the holder's store route when one is live, else the file."""
+    if args.json and args.format not in (None, "json"):
+        raise CliError(f"--json and --format {args.format} ask for two formats: give one", 2)
     try:
-        fmt = format_for(args.output, args.format)
+        fmt = format_for(args.output, "json" if args.json else args.format)
     except IterionError as err:  # a file name that says another format: a usage error
-        said = str(err).replace("give the format (html or md)", "give --format html|md")
+        said = str(err).replace("give the format (html, md or json)", "give --format html|md|json")
         raise CliError(said, 2) from None
     try:
         store = open_store(args.store)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from iterion_nb.ir import model as m
 
 _SHAPES = {
@@ -64,6 +66,29 @@ def edge_label(edge: m.Edge, loops: dict[str, m.Loop]) -> str:
         cap = "n read at run time" if loop.bound is not None else loop.max_iterations
         bits.append(f"loop {edge.loop} ≤{cap}")
     return " · ".join(bits)
+
+
+def graph_json(wf: m.Workflow) -> dict[str, Any]:
+    """The workflow as data: its entry, nodes (name, kind) and edges (with their labels).
+
+    ``iterion-nb graph --json`` prints it, with the Mermaid text under ``mermaid``.
+    """
+    edges = []
+    for edge in wf.edges:
+        item: dict[str, Any] = {"from": edge.src, "to": edge.dst}
+        label = edge_label(edge, wf.loops)
+        if label:
+            item["label"] = label
+        if edge.loop:
+            item["loop"] = edge.loop
+        edges.append(item)
+    return {
+        "workflow": wf.name,
+        "entry": wf.entry,
+        "nodes": [{"name": node.name, "kind": node.kind} for node in wf.nodes.values()],
+        "edges": edges,
+        "mermaid": to_mermaid(wf),
+    }
 
 
 def to_mermaid(wf: m.Workflow) -> str:

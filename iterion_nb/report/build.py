@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,11 +15,12 @@ from iterion_nb.ir import compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
+from iterion_nb.runtime.wire import event_json, interaction_json, run_json
 from iterion_nb.view.states import NodeView, Visit, node_views
 from iterion_nb.view.usage import usage
 
-Format = Literal["html", "md"]
-FORMATS: tuple[Format, ...] = ("html", "md")
+Format = Literal["html", "md", "json"]
+FORMATS: tuple[Format, ...] = ("html", "md", "json")
 #: Statuses of a run that may still change (its report is "so far").
 LIVE = ("running",)
 
@@ -92,10 +94,12 @@ async def collect(store: Store, run_id: str) -> ReportData:
 
 
 async def render(store: Store, run_id: str, fmt: str = "md") -> str:
-    """The report of ``run_id`` as HTML or Markdown text."""
+    """The report of ``run_id`` as HTML, Markdown or JSON text."""
     if fmt not in FORMATS:
         raise ReportError(f"unknown report format '{fmt}' (one of: {', '.join(FORMATS)})")
     data = await collect(store, run_id)
+    if fmt == "json":
+        return json.dumps(report_json(data), indent=2, ensure_ascii=False, default=str) + "\n"
     if fmt == "html":
         from iterion_nb.report.html import to_html
 
@@ -121,12 +125,44 @@ def format_for(path: str | os.PathLike[str] | None, fmt: str | None) -> str:
     suffix = Path(path).suffix.lower() if path is not None else ""
     if suffix in (".html", ".htm"):
         return "html"
+    if suffix == ".json":
+        return "json"
     if suffix not in MARKDOWN_SUFFIXES:
         raise ReportError(
-            f"a report is HTML or Markdown, and '{Path(path or '').name}' says neither: name"
-            " the file .html or .md, or give the format (html or md)"
+            f"a report is HTML, Markdown or JSON, and '{Path(path or '').name}' says none of"
+            " them: name the file .html, .md or .json, or give the format (html, md or json)"
         )
     return "md"
+
+
+def report_json(data: ReportData) -> dict[str, Any]:
+    """What a report shows, as data: the run, its summary, node states, visits, questions, events.
+
+    The same facts as the HTML and Markdown reports (``report --json``), for a
+    program: times in ISO 8601, questions and events as the REST API gives them.
+    """
+    states = {
+        name: {"state": v.state, "note": v.note, "visits": v.visits, "error": v.error}
+        for name, v in data.states().items()
+    }
+    timeline = [
+        {"node": v.node, "branch": v.branch, "started": v.started.isoformat(),
+         "ended": v.ended.isoformat() if v.ended else None, "state": v.state, "error": v.error}
+        for v in data.timeline()
+    ]  # fmt: skip
+    return {
+        "run": run_json(data.run, full=True),
+        "live": data.live,
+        "generated_at": data.generated_at.isoformat(),
+        "duration_seconds": data.duration_seconds,
+        "summary": dict(summary_rows(data)),
+        "nodes": states,
+        "timeline": timeline,
+        "outputs": data.outputs,
+        "usage": data.usage,
+        "questions": [interaction_json(q) for q in data.interactions],
+        "events": [event_json(e) for e in data.events],
+    }
 
 
 def write_report(text: str, path: str | os.PathLike[str], *, make_dirs: bool = True) -> Path:

@@ -682,3 +682,17 @@ def test_a_run_refused_for_its_inputs_leaves_no_store_behind(
     assert proc.returncode in (1, 2) and proc.stderr.startswith("iterion-nb: "), proc.stderr
     assert "Traceback" not in proc.stderr
     assert not store.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_graph_json_is_the_workflow_as_data() -> None:
+    proc = run("graph", "examples/fanout_retry.iter", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    drawn = run("graph", "examples/fanout_retry.iter").stdout
+    assert data["ok"] is True and data["mermaid"] == drawn
+    assert data["entry"] in {n["name"] for n in data["nodes"]}
+    back = [e for e in data["edges"] if e.get("loop") == "revise"]
+    assert back and back[0]["label"] == "not approved · loop revise ≤3", back
+    refused = run("graph", "tests/fixtures/diagnostics/C001.iter", "--json")
+    assert refused.returncode == 1 and refused.stderr == ""
+    assert json.loads(refused.stdout)["diagnostics"][0]["code"] == "C001"

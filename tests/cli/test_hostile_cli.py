@@ -365,8 +365,8 @@ def test_a_report_file_whose_name_says_another_format_is_refused(
     """`-o r.pdf` once wrote Markdown into r.pdf, exit 0."""
     where, run_id = finished
     refused(cli("report", run_id, "-o", "r.pdf", cwd=where),
-            "a report is HTML or Markdown, and 'r.pdf' says neither: name the file .html or .md,"
-            " or give --format html|md")  # fmt: skip
+            "a report is HTML, Markdown or JSON, and 'r.pdf' says none of them: name the file"
+            " .html, .md or .json, or give --format html|md|json")  # fmt: skip
     assert not (where / "r.pdf").exists()
     done = cli("report", run_id, "-o", "r.pdf", "--format", "md", cwd=where)  # as asked
     assert done.returncode == 0 and (where / "r.pdf").read_text().startswith("# Run")

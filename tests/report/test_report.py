@@ -313,3 +313,39 @@ def test_executing_time_leaves_out_the_time_a_dead_process_left_the_run() -> Non
     ]
     assert usage(events, "finished").seconds == 15
     assert usage(events[:3], "interrupted").seconds == 5  # not until the answer came
+
+
+async def test_the_json_report_holds_the_same_facts_as_the_others(
+    session: Session, tmp_path: Path
+) -> None:
+    import json
+
+    run = await finished_run(session)
+    data = json.loads(await run.report("json"))
+    assert (data["run"]["id"], data["run"]["status"], data["live"]) == (run.id, "finished", False)
+    assert data["summary"]["Workflow"] == "release_notes"
+    assert data["summary"]["Questions"].startswith("2 ")
+    assert data["nodes"]["gatherer"]["state"] == "finished"
+    assert [v["node"] for v in data["timeline"]][:1] == ["gatherer"]
+    assert all(v["state"] == "finished" and v["ended"] for v in data["timeline"])
+    assert data["outputs"]["finalizer"]["title"] == "iterion_nb 0.1"
+    answers = {q["answered_by"]: q["answers"] for q in data["questions"]}
+    assert answers["ada"] == "formal" and EVIL in answers["cli"]  # data, as given
+    assert data["events"][0]["type"] == "run_started" and data["events"][-1]["type"] == (
+        "run_finished"
+    )
+    store = str(session.store.path)  # type: ignore[attr-defined]
+    # the CLI: --json, -o FILE.json, and two formats at once refused
+    done = await asyncio.to_thread(cli, "report", run.id, "--json", "--store", store)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["run"]["id"] == run.id
+    out = tmp_path / "r.json"
+    done = await asyncio.to_thread(cli, "report", run.id, "-o", str(out), "--store", store)
+    assert done.stdout == f"wrote the json report of run {run.id} to {out}\n"
+    assert json.loads(out.read_text())["summary"]["Status"] == "finished"
+    both = await asyncio.to_thread(
+        cli, "report", run.id, "--json", "--format", "md", "--store", store
+    )
+    assert (both.returncode, both.stderr) == (
+        2, "iterion-nb: --json and --format md ask for two formats: give one\n"
+    )  # fmt: skip
