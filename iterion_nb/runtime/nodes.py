@@ -627,8 +627,8 @@ async def _run_shell(
 def _effort(node: m.Node) -> str | None:
     """The node's ``reasoning_effort`` with its ``${ENV}`` read (unset or empty: none).
 
-    An unset variable is no effort, not a failure: no provider sends the effort yet,
-    and a node that would fail for it may come after costly ones.
+    An unset variable is no effort, not a failure (the model's own default): a node
+    that would fail for it may come after costly ones.
 
     Raises:
         NodeError: The environment gives something that is not a level.

@@ -444,6 +444,8 @@ class _Session:
             hooks["PreToolUse"].append(sdk.HookMatcher(matcher="mcp__.*",
                                                        hooks=[self._policy_gate]))  # fmt: skip
         self.stderr: list[str] = []
+        effort = self.request.reasoning_effort  # the CLI's --effort has no "minimal": low
+        extra = {"effort": "low" if effort == "minimal" else effort} if effort else {}
         return sdk.ClaudeAgentOptions(
             tools=[], allowed_tools=names,
             mcp_servers={**cli_servers(self.request.mcp_servers), SERVER: self._mcp_server()},
@@ -452,6 +454,7 @@ class _Session:
             resume=resume, fork_session=fork, hooks=hooks, env=env,
             cli_path=self.backend.cli_path,
             stderr=self.stderr.append, setting_sources=[], include_partial_messages=True,
+            **extra,
         )  # fmt: skip
 
     async def _query(self, prompt: str, resume: str | None, fork: bool = False) -> Any:

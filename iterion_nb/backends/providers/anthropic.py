@@ -71,6 +71,9 @@ class AnthropicProvider:
         }  # fmt: skip
         if request.system:
             kwargs["system"] = request.system
+        if request.reasoning_effort is not None:  # the Messages API has no "minimal": low
+            effort = "low" if request.reasoning_effort == "minimal" else request.reasoning_effort
+            kwargs["extra_body"] = {"output_config": {"effort": effort}}  # any SDK version
         if request.tools:
             kwargs["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.input_schema}

@@ -102,7 +102,7 @@ class ProviderRequest:
     #: inherited or forked session): a scenario counts this node's turns after them.
     turn_base: int = 0
     #: The node's ``reasoning_effort`` (``minimal`` … ``max``), or None. Recorded with the
-    #: turn; no provider sends it to its API yet (see docs/language.md).
+    #: turn, and sent in each API's words (see docs/language.md).
     reasoning_effort: str | None = None
 
 

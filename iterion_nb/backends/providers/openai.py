@@ -90,6 +90,8 @@ class OpenAIProvider:
                               "x-iterion-visit": str(request.visit),
                               "x-iterion-turn-base": str(request.turn_base)},
         }  # fmt: skip
+        if request.reasoning_effort is not None:  # every level is one of the API's
+            kwargs["extra_body"] = {"reasoning_effort": request.reasoning_effort}
         if request.tools:
             kwargs["tools"] = [
                 {"type": "function", "function": {"name": t.name, "description": t.description,
