@@ -28,6 +28,7 @@ from iterion_nb.errors import IterionError
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store import resolve_store_path
 from iterion_nb.store.location import DEFAULT_DIR, STORE_ENV, mask_url, store_url
+from iterion_nb.view.askers import Askers
 
 #: Where the API is mounted, under the server's base URL.
 PREFIX = "iterion"
@@ -131,6 +132,10 @@ class HolderOrFileService:
         #: Attempts to open the store so far, and why the last one failed.
         self._attempts = 0
         self._failure: IterionError | None = None
+        #: What ``GET /iterion/api/inbox`` read of the asking runs' events, for the next
+        #: request (each run's log read once, then only what is new); one request at a time.
+        self.inbox_askers = Askers()
+        self.inbox_lock = asyncio.Lock()
 
     async def opened(self) -> Store:
         """The store, opened on first use (so the server holds no file until asked)."""

@@ -68,7 +68,10 @@ class InboxHandler(ServerRoute):
 
     async def get(self) -> None:  # noqa: D102
         async def act() -> None:
-            self.reply(await snapshot(await self.service.opened()))  # type: ignore[attr-defined]
+            service = self.service
+            store = await service.opened()  # type: ignore[attr-defined]
+            async with service.inbox_lock:  # type: ignore[attr-defined]
+                self.reply(await snapshot(store, service.inbox_askers))  # type: ignore[attr-defined]
 
         await self.guarded(act)
 

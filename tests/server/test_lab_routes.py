@@ -377,3 +377,37 @@ async def test_a_sidebar_question_says_whether_its_agent_or_its_run_waits_for_it
     assert await flags() == {"q1": (True, True), "q2": (True, False)}
     assert (await snapshot(store))["pending"][1]["asker_finished"]
     await store.close()
+
+
+def test_the_inbox_route_reads_each_asking_runs_log_once_then_only_what_is_new(
+    jp_asyncio_loop: Any, jp_fetch: Any, jp_serverapp: Any, store_path: Path,
+    cli_run: Callable[[], subprocess.Popen[str]],
+) -> None:  # fmt: skip
+    """A sidebar polls GET /inbox; each call once read every event of every asking run."""
+    loop = jp_asyncio_loop
+    proc = cli_run()
+    for _ in range(600):
+        snap = fetch(loop, jp_fetch, "inbox")
+        if len(snap["pending"]) == 2 and all(q["waited_on"] for q in snap["pending"]):
+            break  # both asked, and the gate waits on them
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the run never waited on its two questions: {snap}")
+    service = jp_serverapp.web_app.settings["iterion_nb_service"]
+    store = loop.run_until_complete(service.opened())
+    reads: list[int] = []
+    real = store.events
+
+    async def counted(run_id: str, *, after: int = 0, limit: int | None = None) -> Any:
+        reads.append(after)
+        return await real(run_id, after=after, limit=limit)
+
+    store.events = counted  # a spy on the real store: every read still goes to it
+    try:
+        again = fetch(loop, jp_fetch, "inbox")
+        assert [q["waited_on"] for q in again["pending"]] == [True, True]  # the same cards
+        assert reads and all(after > 0 for after in reads), reads  # only what is new
+    finally:
+        del store.events
+        proc.kill()
+        proc.wait()
