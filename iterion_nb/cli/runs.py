@@ -21,6 +21,7 @@ import getpass
 import json
 import logging
 import os
+import re
 import shlex
 import signal
 import sys
@@ -959,8 +960,16 @@ def _next_step(status: str, result: dict[str, Any], args: argparse.Namespace) ->
         return (f"run {run_id} is executed by another process now{by}:"
                 f" `iterion-nb runs follow {run_id}{where}`\n")  # fmt: skip
     if status in RESUMABLE_ENDS:  # cancelled from elsewhere, failed on the way
-        return f"`iterion-nb resume {run_id}{where}` goes on from its checkpoint\n"
+        said = f"`iterion-nb resume {run_id}{where}` goes on from its checkpoint"
+        if _LIMIT_HIT.search(result.get("error") or ""):  # the same limit stops it again
+            said += (" — it stopped at a limit its workflow sets: raise it in the file, then"
+                     f" `iterion-nb resume {run_id} --workflow FILE --force{where}`")  # fmt: skip
+        return said + "\n"
     return ""
+
+
+#: A failure at a limit of the workflow's: a resume on the same source meets it again.
+_LIMIT_HIT = re.compile(r"loop '[^']*' is exhausted|budget exceeded: ")
 
 
 #: ``resume --force`` without ``--workflow``: there is nothing to force.

@@ -135,3 +135,42 @@ def test_a_file_with_errors_is_reported_as_file_line_col(tmp_path: Path, failed:
     assert missing.returncode == 2
     assert missing.stderr == "iterion-nb: nope.iter: no such file\n"
     assert shown(tmp_path, failed) == before
+
+
+LOOPS = """\
+schema verdict:
+  ok: bool
+
+agent judge:
+  model: "scripted"
+  output: verdict
+
+workflow w:
+  entry: judge
+  judge -> done when ok
+  judge -> judge when not ok as again({bound})
+"""
+FOUR_NOES = (  # one visit a loop round: no four times, then yes
+    "nodes:\n  judge:\n    visits:\n"
+    + "      - [{output: {ok: false}}]\n" * 4
+    + "      - [{output: {ok: true}}]\n"
+)
+
+
+def test_a_run_stopped_by_its_loop_bound_says_how_to_raise_it_and_goes_on(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "l.iter").write_text(LOOPS.format(bound=2))
+    (tmp_path / "l.yaml").write_text(FOUR_NOES)
+    done = iterion(tmp_path, "run", "l.iter", "--scenario", "l.yaml")
+    assert done.returncode == 1
+    run_id = done.stdout.split()[1]
+    assert "loop 'again' is exhausted (2 iterations)" in done.stdout
+    assert done.stdout.rstrip().endswith(
+        "it stopped at a limit its workflow sets: raise it in the file, then"
+        f" `iterion-nb resume {run_id} --workflow FILE --force --store s.duckdb`"
+    ), done.stdout
+    (tmp_path / "l.iter").write_text(LOOPS.format(bound=5))
+    resumed = iterion(tmp_path, "resume", run_id, "--workflow", "l.iter", "--force")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"run {run_id} (w): finished" in resumed.stdout
