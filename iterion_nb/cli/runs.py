@@ -57,7 +57,7 @@ from iterion_nb.errors import (
     RunOwnedError,
     StoreError,
 )
-from iterion_nb.ir import compile_workflow
+from iterion_nb.ir import compile_stored, compile_workflow
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
@@ -65,11 +65,11 @@ from iterion_nb.runtime.answers import is_cluster_run, ready_to_resume
 from iterion_nb.runtime.lifecycle import FORM_REFUSAL, form_fields
 from iterion_nb.runtime.records import RUN_STATUSES
 from iterion_nb.runtime.values import preset_values, resolve_vars
-from iterion_nb.safe_input import InputFileError, read_bytes
+from iterion_nb.safe_input import InputFileError, read_bytes, shown_path
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.cluster import CLUSTER_ENV, reach_scheduler
 from iterion_nb.session.core import SourceChangedError
-from iterion_nb.session.launch import answers_yaml, attachment_values
+from iterion_nb.session.launch import answers_yaml, attachment_values, check_scenario_nodes
 from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.location import mask_url, missing_store, store_url
@@ -1013,14 +1013,20 @@ async def _resume(session: Session, args: argparse.Namespace, inputs: RunInputs)
             ``--force`` (nothing changed: the run is as it was).
     """
     run_id = args.run_id
+    record = await session.store.get_run(run_id)
     if inputs.scenario is None:  # it failed for want of one: it would fail again
-        record = await session.store.get_run(run_id)
         if record.launch.get("scenario") is None and NO_SCENARIO in (record.error or ""):
             raise InputError(
                 f"run {run_id} failed for want of a scenario (its agents answer from"
                 " one, and it recorded none): resume it with --scenario FILE"
                 " (examples/*.scenario.yaml are samples)"
             )
+    else:  # a node it names that the run's workflow lacks: a typo, as `run` says
+        wf = inputs.workflow or compile_stored(record.source, f"<run {run_id}>")
+        try:
+            check_scenario_nodes(inputs.scenario, wf, shown_path(args.scenario))
+        except IterionError as err:
+            raise InputError(str(err)) from None
     try:
         return await session.resume(
             run_id, workflow=inputs.workflow, force=args.force, scenario=inputs.scenario

@@ -360,6 +360,8 @@ class Session:
             lease = record.lease  # this very session runs it
             raise owned_error(run_id, lease)
         wf, text = self._workflow_for(record, workflow, force)
+        if scenario is not None:  # one run's scenario: checked against its workflow, as start does
+            scenario_data(scenario, wf)
         if answers:  # refused as on every surface, before anything changes
             check_answered_by(answered_by)
             for iid, answer in answers.items():

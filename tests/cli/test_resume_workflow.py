@@ -174,3 +174,26 @@ def test_a_run_stopped_by_its_loop_bound_says_how_to_raise_it_and_goes_on(
     resumed = iterion(tmp_path, "resume", run_id, "--workflow", "l.iter", "--force")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"run {run_id} (w): finished" in resumed.stdout
+
+
+def test_a_resume_scenario_naming_a_node_the_run_lacks_is_refused(
+    tmp_path: Path, failed: str
+) -> None:
+    before = shown(tmp_path, failed)
+    (tmp_path / "typo.yaml").write_text("nodes:\n  tt:\n    - output: {x: 1}\n")
+    proc = iterion(tmp_path, "resume", failed, "--scenario", "typo.yaml")
+    assert (proc.returncode, proc.stderr) == (
+        2, "iterion-nb: scenario: typo.yaml: node 'tt' is not in workflow 'w' (its nodes: t)\n",
+    )  # fmt: skip
+    assert shown(tmp_path, failed) == before
+
+    async def from_python() -> None:  # the Python API checks it too, before anything changes
+        session = it.Session(tmp_path / "s.duckdb", serve=False)
+        try:
+            with pytest.raises(it.IterionError, match="node 'tt' is not in workflow 'w'"):
+                await session.resume(failed, scenario={"nodes": {"tt": [{"output": {}}]}})
+        finally:
+            await session.close()
+
+    asyncio.run(from_python())
+    assert shown(tmp_path, failed) == before
