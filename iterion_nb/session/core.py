@@ -96,6 +96,15 @@ class SourceChangedError(ResumeError):
         )
 
 
+def _nodes_it_lacks(checkpoint: dict[str, Any] | None, wf: m.Workflow) -> list[str]:
+    """The nodes a run's checkpoint stands at (or goes back to) that ``wf`` does not have."""
+    state = RunState.from_checkpoint(checkpoint or {})
+    used = {f.node for f in state.frontier.values()}
+    used |= {f.came_from for f in state.frontier.values() if f.came_from}
+    used |= {g.router for g in state.groups.values()}
+    return sorted(used - set(wf.nodes) - set(wf.fails) - set(m.TERMINALS))
+
+
 class Session:
     """Starts, resumes and looks up runs on one store with one backend.
 
@@ -356,9 +365,7 @@ class Session:
         record: RunRecord | None = None, statuses: tuple[RunStatus, ...] = RESUMABLE,
     ) -> RunHandle:  # fmt: skip
         record = record if record is not None else await self.store.get_run(run_id)
-        if run_id in self._engines and record.lease is not None:
-            lease = record.lease  # this very session runs it
-            raise owned_error(run_id, lease)
+        self._refuse_early(record)
         wf, text = self._workflow_for(record, workflow, force)
         if scenario is not None:  # one run's scenario: checked against its workflow, as start does
             scenario_data(scenario, wf)
@@ -418,6 +425,18 @@ class Session:
         first = await self.store.events(run_id, limit=1)  # a started run's is run_started
         return bool(first) and first[0].type == "run_started"
 
+    def _refuse_early(self, record: RunRecord) -> None:
+        """This session runs it, or it ended for good: said before any word on its source.
+
+        Raises:
+            RunOwnedError: This very session executes the run.
+            ResumeError: The run is ``finished`` or ``failed``.
+        """
+        if record.id in self._engines and record.lease is not None:
+            raise owned_error(record.id, record.lease)
+        if record.status in ("finished", "failed"):
+            raise ResumeError(f"run '{record.id}' is {record.status} and cannot be resumed")
+
     def _workflow_for(
         self, run: RunRecord, workflow: m.Workflow | str | None, force: bool
     ) -> tuple[m.Workflow, str]:
@@ -432,6 +451,14 @@ class Session:
             )
         if wf.source_hash != run.source_hash and not force:
             raise SourceChangedError(run, wf)
+        lost = _nodes_it_lacks(run.checkpoint, wf)
+        if lost:  # the run would go on at a node that is not there
+            names = ", ".join(f"'{n}'" for n in lost)
+            raise ResumeError(
+                f"run '{run.id}' stands at {names}, which the workflow given does not have:"
+                " it can go on only where it stopped (keep that node, or resume with the"
+                " recorded source); nothing changed"
+            )
         return wf, text
 
     async def _give_back(

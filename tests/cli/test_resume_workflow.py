@@ -197,3 +197,31 @@ def test_a_resume_scenario_naming_a_node_the_run_lacks_is_refused(
 
     asyncio.run(from_python())
     assert shown(tmp_path, failed) == before
+
+
+def test_a_workflow_without_the_node_the_run_stands_at_is_refused(
+    tmp_path: Path, failed: str
+) -> None:
+    """It was taken, recorded, and the run broke for good (its error: node 't': 't')."""
+    before = shown(tmp_path, failed)
+    (tmp_path / "r.iter").write_text(FIXED.replace("tool t:", "tool u:").replace("t ->", "u ->")
+                                     .replace("entry: t", "entry: u"))  # fmt: skip
+    proc = iterion(tmp_path, "resume", failed, "--workflow", "r.iter", "--force")
+    assert (proc.returncode, proc.stderr) == (
+        1, f"iterion-nb: run '{failed}' stands at 't', which the workflow given does not have:"
+        " it can go on only where it stopped (keep that node, or resume with the recorded"
+        " source); nothing changed\n",
+    )  # fmt: skip
+    assert shown(tmp_path, failed) == before
+
+
+def test_a_finished_run_says_so_before_any_word_on_its_source(tmp_path: Path) -> None:
+    (tmp_path / "r.iter").write_text(FIXED)
+    done = iterion(tmp_path, "run", "r.iter", "--json")
+    run_id = json.loads(done.stdout)["id"]
+    (tmp_path / "r.iter").write_text(FIXED.replace("echo fixed", "echo changed"))
+    for extra in ((), ("--force",)):  # it once said "add --force", then that it cannot
+        proc = iterion(tmp_path, "resume", run_id, "--workflow", "r.iter", *extra)
+        assert (proc.returncode, proc.stderr) == (
+            1, f"iterion-nb: run '{run_id}' is finished and cannot be resumed\n"
+        ), extra  # fmt: skip
