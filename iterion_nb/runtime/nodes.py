@@ -433,20 +433,26 @@ class NodeRunner:
         return {"answers": await self._answers(node)}
 
     async def _deadline(self, node: m.AwaitAnswersNode, f: Frontier) -> float:
-        """The gate's wall-clock deadline for this visit: the one recorded when it first waited.
+        """The gate's wall-clock deadline for this visit: its ``timeout`` from when it first waited.
 
-        The first wait records it in the frontier's ``resume`` and commits that
-        checkpoint before waiting (one commit per visit), so the timeout counts
-        from then across pauses, failures, kills and whichever process resumes
-        the run. A new visit (a loop coming back) has a new frontier: a new deadline.
+        The first wait records that moment in the frontier's ``resume`` and
+        commits the checkpoint before waiting (one commit per visit), so the
+        timeout counts from then across pauses, failures, kills and whichever
+        process resumes the run — with the ``timeout`` of the workflow that runs
+        now (a resume on an edited file that raised it waits the longer time).
+        A new visit (a loop coming back) has a new frontier: a new deadline.
         """
-        recorded = (f.resume or {}).get("deadline")
+        resume = f.resume or {}
+        since = resume.get("waited_at")
+        if isinstance(since, int | float):
+            return float(since) + node.timeout_seconds
+        recorded = resume.get("deadline")  # recorded by an earlier version: as it was
         if isinstance(recorded, int | float):
             return float(recorded)
-        deadline = time.time() + node.timeout_seconds
-        f.resume = {**(f.resume or {}), "deadline": deadline}
+        now = time.time()
+        f.resume = {**resume, "waited_at": now, "deadline": now + node.timeout_seconds}
         await self.engine.commit_checkpoint()
-        return deadline
+        return now + node.timeout_seconds
 
     async def _unanswered(self, node: m.AwaitAnswersNode) -> list[Interaction]:
         return await self.store.pending_interactions(
@@ -500,15 +506,31 @@ class NodeRunner:
             branch_id=f.branch, waits_on=tuple(p.id for p in pending),
             expires_at=datetime.fromtimestamp(deadline, UTC),
         )  # fmt: skip
-        try:
-            await self.store.add_interaction(record, owner=self.engine.owner)
-        except LeaseLostError:  # (a ConflictError too) the run is no longer ours: stop
-            raise
-        except ConflictError:  # paused here before: the same pause
-            pass
-        state = {"deadline": deadline, "await": iid, "interactions": [iid]}
+        record = await self._post_pause(record)
+        since = (f.resume or {}).get("waited_at")
+        state = {"deadline": deadline, "waited_at": since, "await": record.id,
+                 "interactions": [record.id]}  # fmt: skip
         f.resume = state
-        raise PauseRun(iid, state)
+        raise PauseRun(record.id, state)
+
+    async def _post_pause(self, record: Interaction) -> Interaction:
+        """Post the gate's ``await`` record; paused here before, that same record.
+
+        One that ended at another deadline (the run resumed on a workflow whose
+        ``timeout`` changed) is not this pause: it gets one of its own.
+        """
+        ends = int(record.expires_at.timestamp()) if record.expires_at is not None else 0
+        for candidate in (record, replace(record, id=f"{record.id}-{ends}")):
+            try:
+                await self.store.add_interaction(candidate, owner=self.engine.owner)
+                return candidate
+            except LeaseLostError:  # (a ConflictError too) the run is no longer ours: stop
+                raise
+            except ConflictError:
+                before = await self.store.get_interaction(candidate.id)
+                if before.pending or before.expires_at == candidate.expires_at:
+                    return before  # paused here before: the same pause
+        return candidate
 
     async def _answers(self, node: m.AwaitAnswersNode) -> list[dict[str, Any]]:
         records = await self.store.interactions(self.engine.run_id)

@@ -233,3 +233,30 @@ async def test_a_timed_out_gate_resumed_is_not_given_a_fresh_timeout(tmp_path: P
     finally:
         await session.close()
         await store.close()
+
+
+async def test_a_timed_out_gate_resumed_on_a_longer_timeout_waits_the_longer_time(
+    tmp_path: Path,
+) -> None:
+    """Raising `timeout` in the file and resuming with it (forced) is how a person gives a gate
+    more time: the deadline counts from the first wait with the new timeout (it once kept the
+    old deadline, and failed at once "after 3600s")."""
+    store = open_duckdb_store(tmp_path / "g.duckdb")
+    scenario = {"nodes": {"a": [
+        {"tool_calls": [{"name": "ask_user_async", "input": {"question": "Which day?"}}]},
+        {"text": "Asked."},
+    ]}}  # fmt: skip
+    session = Session(store, workdir=tmp_path, scenario=scenario)
+    try:
+        run = await session.start(it.compile(ONCE.format(timeout=2)))
+        assert await run.wait(30) == "failed_resumable", run.error
+        longer = it.compile(ONCE.format(timeout=3600))
+        again = await session.resume(run.id, workflow=longer, force=True)
+        await asyncio.sleep(2.0)  # well past the old deadline: it still waits
+        assert (await again.refresh()).status == "running", again.error
+        (question,) = await again.pending_questions()
+        await again.answer(question.id, "Tuesday")
+        assert await again.wait(30) == "finished", again.error
+    finally:
+        await session.close()
+        await store.close()
