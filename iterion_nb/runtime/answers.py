@@ -30,7 +30,7 @@ import asyncio
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -124,11 +124,19 @@ def check_answer_text(answer: object, field: str = "answer") -> None:
 
 
 def _repeated(question: Interaction, value: Any, answered_by: str) -> bool:
-    """Whether ``question`` already holds this very answer, by the same person (a retry)."""
+    """Whether ``question`` already holds this very answer, by the same person (a retry).
+
+    The answer is compared as it was recorded: an option given by its label
+    was kept as the option's id.
+    """
     if question.answered_at is None or question.answered_by != answered_by:
         return False
     try:
-        return bool(question.answers == json.loads(json.dumps(value)))
+        as_recorded = lifecycle.check_fits(replace(question, answered_at=None), value)
+    except IterionError:  # not an answer it takes: not the one it holds either
+        return False
+    try:
+        return bool(question.answers == json.loads(json.dumps(as_recorded)))
     except (TypeError, ValueError):
         return False
 

@@ -144,3 +144,26 @@ async def test_answer_human_writes_every_answer_or_none(store: Store) -> None:
         assert (await store.get_interaction(q2.id)).answers == "A2"
     finally:
         await session.close()
+
+
+async def test_a_retry_giving_an_option_by_its_label_is_taken_as_done(store: Store) -> None:
+    """The option was recorded by its id: comparing the raw label refused the retry (409)."""
+    labelled = {"tool_calls": [
+        {"name": "ask_user_async", "input": {"question": "Q1?", "options": [
+            {"id": "f", "label": "Formal"}, {"id": "c", "label": "Casual"}]}},
+        {"name": "ask_user_async", "input": {"question": "Q2?"}},
+    ]}  # fmt: skip
+    scenario = {"nodes": {"asker": [labelled, *TWO["nodes"]["asker"][1:]]}}
+    session = Session(store, scenario=scenario)
+    try:
+        run = await session.start(it.compile(ASKS_TWO_AND_AWAITS))
+        assert await run.wait(10) == "paused_waiting_human"
+        q1, q2 = sorted((q for q in await run.pending_questions() if q.kind == "async"),
+                        key=lambda q: q.question)  # fmt: skip
+        service = AnswerService(store)
+        await service.answer(run.id, q1.id, "Formal", "ana")  # kept as "f"
+        await service.answer_human(run.id, {q1.id: "Formal", q2.id: "A2"}, "ana")
+        assert await run.wait(10) == "finished", run.error
+        assert (await store.get_interaction(q1.id)).answers == "f"
+    finally:
+        await session.close()
