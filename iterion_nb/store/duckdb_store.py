@@ -97,8 +97,11 @@ def _check_header(path: Path) -> None:
         raise StoreFileError(f"the store path {path} is a directory, not a DuckDB file")
     if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device would block or lie
         raise StoreFileError(f"the store path {path} is not a regular file; it was left alone")
-    with path.open("rb") as handle:
-        header = handle.read(16)
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(16)
+    except OSError as err:  # another user's file, say: a line, not a traceback
+        raise StoreFileError(f"cannot read the run store {path}: {err.strerror}") from None
     if header and header[8:12] != b"DUCK":
         raise StoreFileError(
             f"{path} is not an iterion_nb store (not a DuckDB database); it was left"
