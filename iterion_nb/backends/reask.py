@@ -18,14 +18,26 @@ record under the earlier id, and the store's conflict path reuses it exactly
 as for a deterministic id: no second record, no second announcement, the
 answer included.
 
-The node's earlier questions are read once per execution (at its first ask),
-and the event log only when one of them could be re-asked.
+Only an execution that may be a re-run looks (``BackendRequest.rerun``): the
+first node execution of a frontier a resume restored from the checkpoint.
+Every other one (the next node, a loop's next visit, a run that never
+stopped) is new and costs nothing here: no question or event is read. There,
+the node's earlier questions are read once (at its first ask), and the event
+log once, only when one of them could be re-asked.
+
+Which earlier questions belong to this visit is read from the questions
+themselves: those asked (``requested_at``) after the node's last
+``node_finished`` on the branch (an announced one: announced after it). The
+announcements (``human_input_requested``) cannot decide alone: a question
+commits at once, its announcement rides the store's next batch, and a
+process killed in between leaves a question nobody announced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from iterion_nb.runtime import replay
@@ -47,12 +59,17 @@ class Reasks:
             the questions it had asked (``asked``) are its own, not to be
             taken again. A state without them (an older checkpoint) turns
             the matching off: every new id is a new question, as before.
+        rerun: Whether this execution may re-run one begun before
+            (``BackendRequest.rerun``); without it the matching is off, and
+            nothing is read.
     """
 
-    def __init__(self, ctx: NodeContext, resume: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, ctx: NodeContext, resume: Mapping[str, Any] | None = None, *, rerun: bool = False
+    ) -> None:
         self._ctx = ctx
         self._taken: set[str] = {str(i) for i in (resume or {}).get(STATE_KEY, ())}
-        self._enabled = not resume or STATE_KEY in resume
+        self._enabled = rerun and (not resume or STATE_KEY in resume)
         self._bound: dict[str, str] = {}
         self._earlier: list[Interaction] | None = None
         self._this_visit: set[str] | None = None
@@ -75,8 +92,8 @@ class Reasks:
         bound = self._bound.get(call_id)
         if bound is not None:
             return replace(record, id=bound)
-        earlier = await self._load()
-        if self._enabled and all(e.id != record.id for e in earlier):
+        earlier = await self._load() if self._enabled else []
+        if earlier and all(e.id != record.id for e in earlier):
             found = await self._match(record, earlier)
             if found is not None:
                 self.bind(call_id, found.id)
@@ -90,7 +107,7 @@ class Reasks:
         same = [e for e in earlier if e.id not in self._taken and (e.kind, replay.key_of(e)) == key]
         if not same:
             return None
-        visit = await self._visit()
+        visit = await self._visit(earlier)
         return next((e for e in same if e.id in visit), None)
 
     async def _load(self) -> list[Interaction]:
@@ -105,16 +122,36 @@ class Reasks:
             )  # fmt: skip
         return self._earlier
 
-    async def _visit(self) -> set[str]:
-        """The ids of the questions this node announced since it last finished on its branch."""
+    async def _visit(self, earlier: list[Interaction]) -> set[str]:
+        """The ids of ``earlier``'s questions asked since this node last finished on its branch.
+
+        Those asked (``requested_at``) after its last ``node_finished`` there. That
+        event is in the log once the node finished: every node that asks (an agent, a
+        judge, an llm human or router) is costly, and the engine commits a costly
+        node's next checkpoint, the events before it first (``save_checkpoint(...,
+        durable=True)``: DuckDB and PostgreSQL flush the event buffer in it, the remote
+        store sends its batch), before the branch goes on. A question's announcement,
+        when there is one, decides by its place in the log instead, with no clock
+        compared (an event's time is the store's clock, a question's the asker's);
+        a question with none (its process was killed before its announcement was
+        written) is placed by its time.
+        """
         if self._this_visit is None:
             ctx = self._ctx
-            events = await ctx.store.events(ctx.run_id)
-            mine = [e for e in events if e.node_id == ctx.node_id and e.branch_id == ctx.branch_id]
-            start = max((n for n, e in enumerate(mine) if e.type == "node_finished"), default=-1)
+            finished = 0  # the seq of its last node_finished here
+            finished_at: datetime | None = None  # (its time; None: it never finished)
+            announced: dict[str, int] = {}  # question id -> its announcement's seq
+            for e in await ctx.store.events(ctx.run_id):
+                if e.node_id != ctx.node_id or e.branch_id != ctx.branch_id:
+                    continue
+                if e.type == "node_finished":
+                    finished, finished_at = e.seq, e.at
+                elif e.type == "human_input_requested":
+                    announced[str(e.data.get("interaction_id"))] = e.seq
             self._this_visit = {
-                str(e.data.get("interaction_id"))
-                for e in mine[start + 1 :]
-                if e.type == "human_input_requested"
-            }
+                q.id for q in earlier
+                if finished_at is None
+                or (announced[q.id] > finished if q.id in announced
+                    else q.requested_at > finished_at)
+            }  # fmt: skip
         return self._this_visit

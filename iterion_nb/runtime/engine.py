@@ -217,6 +217,9 @@ class Engine:
             await self._save()  # takes the run over resumes it, and never starts it twice
         watchdog = asyncio.ensure_future(self._watch_duration())
         for entry in list(self.state.frontier.values()) if self.outcome is None else []:
+            # restored by a resume: its node's next execution may re-run one begun before
+            # (its questions then reuse those posted: backends/reask.py); every other is new
+            entry.restored = resumed
             self._spawn(entry)  # (a run stopped before it runs spawns no branch)
         if self._active == 0:
             self._settled.set()

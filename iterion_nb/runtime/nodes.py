@@ -139,6 +139,7 @@ class NodeRunner:
             in_branch=bool(f.groups),
             workdir=str(self.engine.workdir),
             reasoning_effort=_effort(node),
+            rerun=f.restored,
             **extra,
         )
 

@@ -358,6 +358,10 @@ class BackendRequest:
     #: The node's ``reasoning_effort`` (an agent's, a judge's or an llm router's), its
     #: ``${ENV}`` read: one of ``minimal`` … ``max``, or None.
     reasoning_effort: str | None = None
+    #: Whether this execution may re-run one a stopped or dead process began: the first
+    #: node execution of a frontier a resume restored. Only then do its asks look for
+    #: the questions an earlier run of it posted (:mod:`iterion_nb.backends.reask`).
+    rerun: bool = False
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,10 @@ class Frontier:
     #: On the way to a resumable ``fail NAME:``, the source's own input: a resume
     #: runs the source again from it.
     retry_input: Any = None
+    #: Restored from the checkpoint by a resume (never saved in one): its node's next
+    #: execution may re-run one a stopped or dead process began. The next node, or a
+    #: loop's next visit, gets a new frontier, which is not.
+    restored: bool = field(default=False, compare=False, metadata={"saved": False})
 
 
 @dataclass
@@ -165,9 +169,12 @@ def _shallow(record: Frontier | Group | Usage) -> dict[str, Any]:
     ``dataclasses.asdict`` deep-copies every input and output on every
     checkpoint; they are never mutated once made, so sharing them is safe
     and keeps a checkpoint's cost proportional to the number of branches.
+    A field marked ``saved: False`` (what only this process knows) is left out.
     """
     out: dict[str, Any] = {}
     for item in fields(record):
+        if not item.metadata.get("saved", True):
+            continue
         value = getattr(record, item.name)
         if isinstance(value, list):
             value = list(value)

@@ -206,8 +206,9 @@ class AgentLoop:
         self._expiries: list[float] = []
         #: Model replies of a conversation this node continues (not its own turns).
         self._turn_base = 0
-        #: The questions an earlier run of this node posted, which its asks may reuse.
-        self.reasks = Reasks(self.ctx, request.resume)
+        #: The questions an earlier run of this node posted, which its asks may reuse
+        #: (looked for only when this execution may be a re-run: ``request.rerun``).
+        self.reasks = Reasks(self.ctx, request.resume, rerun=request.rerun)
 
     # -- the conversation ----------------------------------------------------
     def system_prompt(self) -> str:
