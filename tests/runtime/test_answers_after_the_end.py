@@ -18,7 +18,7 @@ from iterion_nb.errors import AlreadyAnsweredError, QuestionClosedError
 from iterion_nb.runtime.answers import AnswerService
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction
-from iterion_nb.session import Session
+from iterion_nb.session import RunHandle, Session
 
 ASKS_THEN_ENDS = """\
 schema out:
@@ -124,13 +124,19 @@ async def test_a_run_that_can_go_on_keeps_its_questions(store: Store) -> None:
         await session.close()
 
 
+async def paused_on_two(session: Session) -> tuple[RunHandle, Interaction, Interaction]:
+    """A run of ASKS_TWO_AND_AWAITS paused on its two questions (Q1, Q2, in that order)."""
+    run = await session.start(it.compile(ASKS_TWO_AND_AWAITS))
+    assert await run.wait(10) == "paused_waiting_human"
+    q1, q2 = sorted((q for q in await run.pending_questions() if q.kind == "async"),
+                    key=lambda q: q.question)  # fmt: skip
+    return run, q1, q2
+
+
 async def test_answer_human_writes_every_answer_or_none(store: Store) -> None:
     session = Session(store, scenario=TWO)
     try:
-        run = await session.start(it.compile(ASKS_TWO_AND_AWAITS))
-        assert await run.wait(10) == "paused_waiting_human"
-        q1, q2 = sorted((q for q in await run.pending_questions() if q.kind == "async"),
-                        key=lambda q: q.question)  # fmt: skip
+        run, q1, q2 = await paused_on_two(session)
         service = AnswerService(store)
         await service.answer(run.id, q1.id, "A1", "ana")
         # one of them answered already, by someone else: refused before anything is written
@@ -156,10 +162,7 @@ async def test_a_retry_giving_an_option_by_its_label_is_taken_as_done(store: Sto
     scenario = {"nodes": {"asker": [labelled, *TWO["nodes"]["asker"][1:]]}}
     session = Session(store, scenario=scenario)
     try:
-        run = await session.start(it.compile(ASKS_TWO_AND_AWAITS))
-        assert await run.wait(10) == "paused_waiting_human"
-        q1, q2 = sorted((q for q in await run.pending_questions() if q.kind == "async"),
-                        key=lambda q: q.question)  # fmt: skip
+        run, q1, q2 = await paused_on_two(session)
         service = AnswerService(store)
         await service.answer(run.id, q1.id, "Formal", "ana")  # kept as "f"
         await service.answer_human(run.id, {q1.id: "Formal", q2.id: "A2"}, "ana")

@@ -44,6 +44,12 @@ workflow w:
   gate -> done
 """
 
+#: ``a`` asks one question, then goes on (in-process runs of ONCE).
+WHICH_DAY = {"nodes": {"a": [
+    {"tool_calls": [{"name": "ask_user_async", "input": {"question": "Which day?"}}]},
+    {"text": "Asked."},
+]}}  # fmt: skip
+
 #: The gate twice: its first visit loops back to ``a``, which asks again.
 TWICE = ONCE.replace("  gate -> done\n", "  gate -> a as again(1)\n  gate -> done\n")
 
@@ -209,11 +215,7 @@ async def test_a_timed_out_gate_resumed_is_not_given_a_fresh_timeout(tmp_path: P
     again at once; answered (the run failed, its questions stay open), it passes at once."""
     timeout = 4.0
     store = open_duckdb_store(tmp_path / "g.duckdb")
-    scenario = {"nodes": {"a": [
-        {"tool_calls": [{"name": "ask_user_async", "input": {"question": "Which day?"}}]},
-        {"text": "Asked."},
-    ]}}  # fmt: skip
-    session = Session(store, workdir=tmp_path, scenario=scenario)
+    session = Session(store, workdir=tmp_path, scenario=WHICH_DAY)
     try:
         run = await session.start(it.compile(ONCE.format(timeout=4)))
         assert await run.wait(30) == "failed_resumable", run.error
@@ -242,11 +244,7 @@ async def test_a_timed_out_gate_resumed_on_a_longer_timeout_waits_the_longer_tim
     more time: the deadline counts from the first wait with the new timeout (it once kept the
     old deadline, and failed at once "after 3600s")."""
     store = open_duckdb_store(tmp_path / "g.duckdb")
-    scenario = {"nodes": {"a": [
-        {"tool_calls": [{"name": "ask_user_async", "input": {"question": "Which day?"}}]},
-        {"text": "Asked."},
-    ]}}  # fmt: skip
-    session = Session(store, workdir=tmp_path, scenario=scenario)
+    session = Session(store, workdir=tmp_path, scenario=WHICH_DAY)
     try:
         run = await session.start(it.compile(ONCE.format(timeout=2)))
         assert await run.wait(30) == "failed_resumable", run.error
