@@ -160,12 +160,16 @@ def cli_run(lab: dict[str, Any]) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def cli_resume(lab: dict[str, Any], run_id: str) -> subprocess.Popen[str]:
-    """``iterion-nb resume RUN``, as the sidebar tells a person to type in a terminal."""
+def cli_resume(lab: dict[str, Any], run_id: str, scripted: bool = True) -> subprocess.Popen[str]:
+    """``iterion-nb resume RUN``, as the sidebar tells a person to type in a terminal.
+
+    ``scripted``: the run's agents answer from the lab's scenario (a scenario is
+    checked against the run's workflow: one naming nodes it lacks is refused).
+    """
     root = lab["root"]
+    scenario = ["--scenario", str(root / "scenario.yaml")] if scripted else []
     return subprocess.Popen(
-        [str(CLI), "resume", run_id, "--scenario", str(root / "scenario.yaml"),
-         "--store", str(root / ".iterion"), "--json"],
+        [str(CLI), "resume", run_id, *scenario, "--store", str(root / ".iterion"), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -480,7 +484,7 @@ def test_an_answer_nothing_will_resume_the_run_for_says_to_resume_it(
     )
     time.sleep(3)  # the next pushes (the run still paused) leave it: it asks for something
     assert saved.is_visible()
-    resumed = cli_resume(lab, run_id)
+    resumed = cli_resume(lab, run_id, scripted=False)  # a gate and no agent
     out, err = resumed.communicate(timeout=60)
     assert json.loads(out)["status"] == "finished", err
     saved.wait_for(state="detached", timeout=30_000)  # no longer paused: it no longer holds
