@@ -93,6 +93,21 @@ async def asked(run: RunHandle) -> list[Interaction]:
 
 
 @pytest.mark.parametrize("provider_kind", KINDS)
+async def one_question_then_the_gate_passes(
+    h: Harness, resumed: RunHandle, posted: Interaction
+) -> None:
+    """The re-run asked ``posted`` again under a new call id: it is the one question, and
+    answering it lets the gate pass with that answer."""
+    await wait_for(lambda: _finished(resumed, "asker"), timeout=60)
+    assert [q.id for q in await resumed.pending_questions()] == [posted.id]
+    assert f"question posted (id {posted.id})" in h.last_user_text("asker", 1)
+    await resumed.answer(posted.id, "casual")
+    assert await resumed.wait(60) == "finished", resumed.error
+    answers = resumed.outputs["gate"]["answers"]
+    assert [(a["interaction_id"], a["answer"]) for a in answers] == [(posted.id, "casual")]
+    assert [q.id for q in await asked(resumed)] == [posted.id]
+
+
 async def test_a_question_asked_again_after_a_failure_is_not_posted_twice(
     harness_factory: Any, duckdb_store: Any
 ) -> None:
@@ -109,14 +124,7 @@ async def test_a_question_asked_again_after_a_failure_is_not_posted_twice(
         {"tool_calls": [ask("toolu_01XyZrandomSecond")]}, {"output": {"summary": "ok"}},
     ]}}, store=duckdb_store)  # fmt: skip
     resumed = await second.session.resume(run.id)
-    await wait_for(lambda: _finished(resumed, "asker"), timeout=60)
-    assert [q.id for q in await resumed.pending_questions()] == [posted.id]
-    assert f"question posted (id {posted.id})" in second.last_user_text("asker", 1)
-    await resumed.answer(posted.id, "casual")
-    assert await resumed.wait(60) == "finished", resumed.error
-    answers = resumed.outputs["gate"]["answers"]
-    assert [(a["interaction_id"], a["answer"]) for a in answers] == [(posted.id, "casual")]
-    assert [q.id for q in await asked(resumed)] == [posted.id]
+    await one_question_then_the_gate_passes(second, resumed, posted)
     assert await announced(resumed) == [posted.id]  # announced once, when first asked
 
 
@@ -353,14 +361,7 @@ async def test_a_question_whose_announcement_was_lost_is_not_posted_twice(
         assert await announced(before) == []  # the lost announcement
 
         resumed = await second.session.resume("killed")
-        await wait_for(lambda: _finished(resumed, "asker"), timeout=60)
-        assert [q.id for q in await resumed.pending_questions()] == [posted.id]
-        assert f"question posted (id {posted.id})" in second.last_user_text("asker", 1)
-        await resumed.answer(posted.id, "casual")
-        assert await resumed.wait(60) == "finished", resumed.error
-        answers = resumed.outputs["gate"]["answers"]
-        assert [(a["interaction_id"], a["answer"]) for a in answers] == [(posted.id, "casual")]
-        assert [q.id for q in await asked(resumed)] == [posted.id]
+        await one_question_then_the_gate_passes(second, resumed, posted)
     finally:
         await second.session.close()
         await store.close()
