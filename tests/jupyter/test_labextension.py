@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,21 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     ARTIFACTS.mkdir(exist_ok=True)
     tab.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
     tab.close()
-    assert errors == [], errors
+    ours = [e for e in errors if not _in_jupyterlab_core_only(e)]
+    assert ours == [], errors
+    for error in errors:  # JupyterLab's own: said, not failed on (see _in_jupyterlab_core_only)
+        warnings.warn(f"JupyterLab raised in the page: {error}", stacklevel=1)
+
+
+#: A DOM race inside JupyterLab's own bundle, seen once in ~20 runs of the theme test
+#: (a node removed twice while the theme changes); no frame of it is this extension's.
+_CORE_RACE = "Failed to execute 'removeChild' on 'Node'"
+
+
+def _in_jupyterlab_core_only(error: str) -> bool:
+    """Whether a page error is that race, with every frame in JupyterLab's core bundle."""
+    frames = [line for line in error.splitlines()[1:] if line.strip().startswith("at ")]
+    return _CORE_RACE in error and bool(frames) and all("jlab_core" in f for f in frames)
 
 
 def open_lab(page: Any, lab: dict[str, Any], path: str = "") -> None:
