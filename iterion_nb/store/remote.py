@@ -601,6 +601,10 @@ async def _write_batch(
             await store.save_checkpoint(run_id, checkpoint, owner=owner, durable=durable)
         except StoreError as err:
             first = first or err
+    try:  # written now: a row the database refuses is this batch's error, not the next reader's
+        await store.flush()
+    except StoreError as err:
+        first = first or err
     if first is not None:
         raise first
 

@@ -295,7 +295,7 @@ def test_store_rpc(served: tuple[Raw, Path], method: str) -> None:
     one()
     # still a holder, still answering, after whatever that was
     status, listed = raw.json("GET", "/api/runs?limit=1000")
-    assert status == 200 and isinstance(listed["runs"], list)
+    assert status == 200 and isinstance(listed["runs"], list), listed
 
 
 # -- fixed regression cases (issue 15) ----------------------------------------------------------
@@ -377,7 +377,7 @@ def test_a_limit_outside_what_the_list_returns_is_refused(
     assert (got, answer["code"]) == (400, "bad_request"), answer
     assert answer["message"] == "limit must be a whole number from 1 to 10,000"
     status, listed = raw.json("GET", "/api/runs?limit=10000")
-    assert status == 200 and isinstance(listed["runs"], list)
+    assert status == 200 and isinstance(listed["runs"], list), listed
 
 
 @pytest.mark.parametrize(("query", "code", "says"), [
