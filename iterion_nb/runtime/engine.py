@@ -35,10 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from iterion_nb import safe_data
-from iterion_nb.errors import LeaseLostError, NodeError, PauseRun, StoreError
+from iterion_nb.errors import LeaseLostError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.ir.evaluate import ExpressionError, evaluate, truthy
-from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.ownership import this_host
 from iterion_nb.runtime.ports import Backend, Store
 from iterion_nb.runtime.records import RunStatus
@@ -275,11 +274,7 @@ class Engine:
         except LeaseLostError:
             self.status = "interrupted"
             return self.status
-        if outcome.status in lifecycle.OVER:  # nothing reads their answers any more
-            # (should this fail, an answer to one of them retires it then: AnswerService)
-            with contextlib.suppress(StoreError):
-                await lifecycle.retire_questions(self.store, self.run_id, outcome.status)
-        return self.status
+        return self.status  # (settling finished or failed withdrew its open questions)
 
     async def _watch_duration(self) -> None:
         limit = self.wf.budget.max_duration_seconds

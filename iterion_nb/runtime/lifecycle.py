@@ -37,6 +37,22 @@ def run_ended_reason(run_id: str, status: str) -> str:
     return f"{RUN_ENDED}{run_id} {status} before it was answered, and nothing would read an answer"
 
 
+def ended_with_run(
+    open_questions: list[Interaction], run_id: str, status: str, now: datetime
+) -> list[Interaction]:
+    """How the open questions of a run settling as ``status`` end in the same commit.
+
+    A run that ends for good (``OVER``) withdraws each (one past its expiry
+    expires instead); any other status keeps them open. Every store applies
+    this inside ``settle_run``, so no crash can leave a finished run's
+    question in an inbox.
+    """
+    if status not in OVER:
+        return []
+    reason = run_ended_reason(run_id, status)
+    return [expire(q) if q.due(now) else retract(q, reason, now) for q in open_questions]
+
+
 async def retire_questions(store: Store, run_id: str, status: str) -> list[Interaction]:
     """Withdraw every open question of a run that ended ``finished`` or ``failed``.
 

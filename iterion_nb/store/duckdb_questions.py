@@ -1,26 +1,38 @@
 # ruff: noqa: D102 - each Store method is documented once, on the Store protocol
-"""How a question ends in the DuckDB store: expired, retracted, or amended while pending.
+"""How a question ends in the DuckDB store: expired, retracted, amended, or with its run.
 
 Each change is one transaction on the worker thread, after which the
 in-memory mirror is updated — so an answer, a retraction and an expiry of
-one question are decided one at a time: exactly one of them wins.
+one question are decided one at a time: exactly one of them wins. A run
+that settles ``finished`` or ``failed`` withdraws its open questions in the
+commit that records its end (``settle_run``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from iterion_nb.errors import NotFoundError
+from iterion_nb.errors import LeaseLostError, NotFoundError
 from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import node_key
-from iterion_nb.runtime.records import Interaction, Option, QueuedMessage, encode_json
+from iterion_nb.runtime.ownership import settled_already
+from iterion_nb.runtime.records import (
+    Interaction,
+    Option,
+    QueuedMessage,
+    Run,
+    RunStatus,
+    encode_json,
+)
 from iterion_nb.store.duckdb_copy import RunCopies
 from iterion_nb.store.duckdb_mirror import Mirror
 from iterion_nb.store.duckdb_rows import INTERACTION_COLUMNS, interaction_from_row, to_db
+from iterion_nb.store.duckdb_runs import CLEAR_LEASE
 
 
 class Questions(RunCopies):
-    """Expiry, retraction and amendment of questions."""
+    """Expiry, retraction and amendment of questions; a run's end, with its questions."""
 
     mirror: Mirror
 
@@ -105,6 +117,51 @@ class Questions(RunCopies):
         question = await self._call(job)
         self.doorbell.ring(node_key(question.run_id, question.node_id))
         return question
+
+    async def settle_run(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        status: RunStatus,
+        error: str | None,
+        checkpoint: dict[str, Any],
+        event: tuple[str, dict[str, Any]] | None,
+        keep_lease: bool = False,
+    ) -> Run:
+        ended: list[Interaction] = []
+        messages: list[QueuedMessage] = []
+
+        def body() -> Run:
+            stored = self._stored_run(run_id)
+            if settled_already(stored, status, error, checkpoint):
+                return self._fetch_run(run_id)  # a repeat whose first reply was lost
+            held = stored.lease
+            if held is None or held.owner != owner:
+                raise LeaseLostError(run_id)
+            lease = "" if keep_lease else f", {CLEAR_LEASE}"
+            self._con.execute(
+                f"UPDATE runs SET status = ?, error = ?, checkpoint = ?, updated_at = ?,"
+                f" cancel_requested = false{lease} WHERE id = ?",
+                [status, error, encode_json(checkpoint), to_db(self._clock()), run_id],
+            )
+            open_ = self.mirror.pending(run_id, None, None, now=None)
+            ended.extend(lifecycle.ended_with_run(open_, run_id, status, self._clock()))
+            for question in ended:  # before the run's last event, which followers stop at
+                messages.extend(self._end(question))
+            if event is not None:
+                self._event_now(run_id, event[0], event[1])
+            return self._fetch_run(run_id)
+
+        def job() -> Run:
+            settled = self._transaction(body, checkpoints=True)
+            self._settle_ended(ended, messages)
+            return settled
+
+        settled = await self._call(job)
+        for question in ended:
+            self.doorbell.ring(node_key(question.run_id, question.node_id))
+        return settled
 
     async def amend(
         self,

@@ -23,14 +23,14 @@ from iterion_nb.runtime.ownership import (
     check_acquire,
     effective_status,
     keeps_cancel,
-    settled_already,
 )
 from iterion_nb.runtime.ports import UNSET
 from iterion_nb.runtime.records import RESUMABLE, LeaseReport, Run, RunStatus, encode_json
 from iterion_nb.store.duckdb_base import DuckDBBase
 from iterion_nb.store.duckdb_rows import RUN_COLUMNS, lease_params, run_from_row, to_db
 
-_CLEAR_LEASE = (
+#: The SET clause that leaves a run with no owner.
+CLEAR_LEASE = (
     "owner_id = NULL, owner_pid = NULL, owner_host = NULL, owner_since = NULL,"
     " lease_expires_at = NULL"
 )
@@ -229,36 +229,6 @@ class RunTables(DuckDBBase):
 
         return await self._call(lambda: self._transaction(body))
 
-    async def settle_run(
-        self,
-        run_id: str,
-        owner: str,
-        *,
-        status: RunStatus,
-        error: str | None,
-        checkpoint: dict[str, Any],
-        event: tuple[str, dict[str, Any]] | None,
-        keep_lease: bool = False,
-    ) -> Run:
-        def body() -> Run:
-            stored = self._stored_run(run_id)
-            if settled_already(stored, status, error, checkpoint):
-                return self._fetch_run(run_id)  # a repeat whose first reply was lost
-            held = stored.lease
-            if held is None or held.owner != owner:
-                raise LeaseLostError(run_id)
-            lease = "" if keep_lease else f", {_CLEAR_LEASE}"
-            self._con.execute(
-                f"UPDATE runs SET status = ?, error = ?, checkpoint = ?, updated_at = ?,"
-                f" cancel_requested = false{lease} WHERE id = ?",
-                [status, error, encode_json(checkpoint), to_db(self._clock()), run_id],
-            )
-            if event is not None:
-                self._event_now(run_id, event[0], event[1])
-            return self._fetch_run(run_id)
-
-        return await self._call(lambda: self._transaction(body, checkpoints=True))
-
     async def release_runs(self, owner: str, run_ids: list[str]) -> None:
         if not run_ids:
             return
@@ -266,7 +236,7 @@ class RunTables(DuckDBBase):
 
         def body() -> None:
             self._con.execute(
-                f"UPDATE runs SET {_CLEAR_LEASE} WHERE owner_id = ? AND id IN ({marks})",
+                f"UPDATE runs SET {CLEAR_LEASE} WHERE owner_id = ? AND id IN ({marks})",
                 [owner, *run_ids],
             )
 
@@ -280,7 +250,7 @@ class RunTables(DuckDBBase):
             elif run.status in RESUMABLE and run.status != "cancelled":
                 self._con.execute(
                     f"UPDATE runs SET status = 'cancelled', cancel_requested = false,"
-                    f" updated_at = ?, {_CLEAR_LEASE} WHERE id = ?",
+                    f" updated_at = ?, {CLEAR_LEASE} WHERE id = ?",
                     [to_db(self._clock()), run_id],
                 )
                 self._event_now(run_id, "run_cancelled", {})

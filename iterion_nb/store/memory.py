@@ -219,9 +219,17 @@ class MemoryStore:
                 lease=run.lease if keep_lease else None,
             )  # fmt: skip
             self._runs[run_id] = settled
+            open_ = [i for i in self._interactions.values() if i.run_id == run_id and i.pending]
+            open_.sort(key=lambda i: i.requested_at)
+            ended = lifecycle.ended_with_run(open_, run_id, status, self._clock())
+            for question in ended:  # before the run's last event, which followers stop at
+                self._end(question)
             if event is not None:
                 self._append(run_id, event[0], event[1], None, None)
-            return self._seen(settled)
+            settled = self._seen(settled)
+        for question in ended:
+            self.doorbell.ring(node_key(question.run_id, question.node_id))
+        return settled
 
     async def release_runs(self, owner: str, run_ids: list[str]) -> None:
         with self._lock:

@@ -1,26 +1,44 @@
 # ruff: noqa: D102 - each Store method is documented once, on the Store protocol
-"""How a question ends in the PostgreSQL store: expired, retracted, or amended while pending.
+"""How a question ends in the PostgreSQL store: expired, retracted, amended, or with its run.
 
 Each change locks the question's row (``FOR UPDATE``) in one transaction,
 so of an answer, a retraction and an expiry of one question, from any number
-of processes, exactly one wins.
+of processes, exactly one wins. A run that settles ``finished`` or ``failed``
+withdraws its open questions in the commit that records its end
+(``settle_run``); one an answer holds locked right then is skipped, and
+that answer wins.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from iterion_nb.errors import NotFoundError
+from iterion_nb.errors import LeaseLostError, NotFoundError
 from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import node_key
-from iterion_nb.runtime.records import Interaction, Option, QueuedMessage, encode_json
-from iterion_nb.store.duckdb_rows import INTERACTION_COLUMNS, interaction_from_row
+from iterion_nb.runtime.ownership import effective_status, settled_already
+from iterion_nb.runtime.records import (
+    Interaction,
+    Option,
+    QueuedMessage,
+    Run,
+    RunStatus,
+    encode_json,
+)
+from iterion_nb.store.duckdb_rows import (
+    INTERACTION_COLUMNS,
+    RUN_COLUMNS,
+    interaction_from_row,
+    run_from_row,
+)
 from iterion_nb.store.postgres_base import Conn
 from iterion_nb.store.postgres_copy import PgCopies
+from iterion_nb.store.postgres_runs import CLEAR_LEASE
 
 
 class PgQuestions(PgCopies):
-    """Expiry, retraction and amendment of questions."""
+    """Expiry, retraction and amendment of questions; a run's end, with its questions."""
 
     async def _insert_message(
         self, conn: Conn, run_id: str, node_id: str, text: str, now: datetime
@@ -92,6 +110,63 @@ class PgQuestions(PgCopies):
         question = await self._call(lambda: self._transact(body))
         self.doorbell.ring(node_key(question.run_id, question.node_id))
         return question
+
+    async def settle_run(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        status: RunStatus,
+        error: str | None,
+        checkpoint: dict[str, Any],
+        event: tuple[str, dict[str, Any]] | None,
+        keep_lease: bool = False,
+    ) -> Run:
+        lease = "" if keep_lease else f", {CLEAR_LEASE}"
+        ended: list[Interaction] = []
+
+        async def body(conn: Conn) -> Run:
+            ended.clear()  # a retry after a deadlock starts over
+            stored, now = await self._locked_run(conn, run_id)
+            if settled_already(stored, status, error, checkpoint):
+                return effective_status(stored, now)  # a repeat: its reply was lost
+            held = stored.lease
+            if held is None or held.owner != owner:
+                raise LeaseLostError(run_id)
+            cur = await conn.execute(
+                f"UPDATE runs SET status = %s, error = %s, checkpoint = %s, updated_at = %s,"
+                f" cancel_requested = false{lease} WHERE id = %s RETURNING {RUN_COLUMNS}",
+                [status, error, encode_json(checkpoint), now, run_id],
+            )
+            row = await cur.fetchone()
+            assert row is not None  # locked above
+            open_ = await self._open_questions(conn, run_id)
+            ended.extend(lifecycle.ended_with_run(open_, run_id, status, now))
+            for question in ended:  # before the run's last event, which followers stop at
+                await self._end(conn, question)
+            if event is not None:
+                await self._event_now(conn, run_id, event[0], event[1], now)
+            return effective_status(run_from_row(row), now)
+
+        settled = await self._call(lambda: self._transact(body, checkpoints=True))
+        if not keep_lease:
+            self._held.pop(run_id, None)
+        for question in ended:
+            self.doorbell.ring(node_key(question.run_id, question.node_id))
+        return settled
+
+    async def _open_questions(self, conn: Conn, run_id: str) -> list[Interaction]:
+        """In a transaction: the run's pending questions, locked.
+
+        One locked elsewhere is left out: an answer (or a retraction) about to
+        commit ends it.
+        """
+        cur = await conn.execute(
+            f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE run_id = %s"
+            " AND answered_at IS NULL AND ended IS NULL ORDER BY id FOR UPDATE SKIP LOCKED",
+            [run_id],
+        )
+        return [interaction_from_row(r) for r in await cur.fetchall()]
 
     async def amend(
         self,

@@ -29,7 +29,6 @@ from iterion_nb.runtime.ownership import (
     keeps_cancel,
     lease_alive,
     owner_may_live,
-    settled_already,
 )
 from iterion_nb.runtime.ports import UNSET
 from iterion_nb.runtime.records import (
@@ -44,7 +43,8 @@ from iterion_nb.runtime.records import (
 from iterion_nb.store.duckdb_rows import INTERACTION_COLUMNS, RUN_COLUMNS, run_from_row
 from iterion_nb.store.postgres_base import NOT_LANDED, Conn, PgBase, check_text
 
-_CLEAR_LEASE = (
+#: The SET clause that leaves a run with no owner.
+CLEAR_LEASE = (
     "owner_id = NULL, owner_pid = NULL, owner_host = NULL, owner_since = NULL,"
     " lease_expires_at = NULL"
 )
@@ -424,49 +424,13 @@ class PgRuns(PgBase):
 
         return await self._call(lambda: self._transact(body, flush=False))
 
-    async def settle_run(
-        self,
-        run_id: str,
-        owner: str,
-        *,
-        status: RunStatus,
-        error: str | None,
-        checkpoint: dict[str, Any],
-        event: tuple[str, dict[str, Any]] | None,
-        keep_lease: bool = False,
-    ) -> Run:
-        lease = "" if keep_lease else f", {_CLEAR_LEASE}"
-
-        async def body(conn: Conn) -> Run:
-            stored, now = await self._locked_run(conn, run_id)
-            if settled_already(stored, status, error, checkpoint):
-                return effective_status(stored, now)  # a repeat: its reply was lost
-            held = stored.lease
-            if held is None or held.owner != owner:
-                raise LeaseLostError(run_id)
-            cur = await conn.execute(
-                f"UPDATE runs SET status = %s, error = %s, checkpoint = %s, updated_at = %s,"
-                f" cancel_requested = false{lease} WHERE id = %s RETURNING {RUN_COLUMNS}",
-                [status, error, encode_json(checkpoint), now, run_id],
-            )
-            row = await cur.fetchone()
-            assert row is not None  # locked above
-            if event is not None:
-                await self._event_now(conn, run_id, event[0], event[1], now)
-            return effective_status(run_from_row(row), now)
-
-        settled = await self._call(lambda: self._transact(body, checkpoints=True))
-        if not keep_lease:
-            self._held.pop(run_id, None)
-        return settled
-
     async def release_runs(self, owner: str, run_ids: list[str]) -> None:
         if not run_ids:
             return
 
         async def body(conn: Conn) -> None:
             await conn.execute(
-                f"UPDATE runs SET {_CLEAR_LEASE} WHERE id IN (SELECT id FROM runs"
+                f"UPDATE runs SET {CLEAR_LEASE} WHERE id IN (SELECT id FROM runs"
                 " WHERE owner_id = %s AND id = ANY(%s) ORDER BY id FOR NO KEY UPDATE)",
                 [owner, run_ids],
             )
@@ -487,7 +451,7 @@ class PgRuns(PgBase):
             elif run.status in RESUMABLE and run.status != "cancelled":
                 await conn.execute(
                     f"UPDATE runs SET status = 'cancelled', cancel_requested = false,"
-                    f" updated_at = %s, {_CLEAR_LEASE} WHERE id = %s",
+                    f" updated_at = %s, {CLEAR_LEASE} WHERE id = %s",
                     [now, run_id],
                 )
                 await self._event_now(conn, run_id, "run_cancelled", {}, now)

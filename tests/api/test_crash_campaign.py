@@ -237,7 +237,7 @@ HOOKS = textwrap.dedent(
             _after(_store, "add_interaction", "human_asked", lambda k, r: r.kind == "human")
             _after(_store, "answer", "answered", lambda k, r: True)
             _after(_store, "drain_messages", "drained", lambda k, r: bool(r))
-            _after(_runs, "settle_run", "paused",
+            _after(_store, "settle_run", "paused",
                    lambda k, r: k.get("status") == "paused_waiting_human")
             _after(_runs, "save_checkpoint", "durable", lambda k, r: bool(k.get("durable")))
     '''

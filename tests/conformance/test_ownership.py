@@ -12,6 +12,7 @@ import pytest
 from iterion_nb.errors import (
     LeaseLostError,
     NotFoundError,
+    QuestionClosedError,
     ResumeError,
     RunOwnedError,
     StoreError,
@@ -144,6 +145,54 @@ async def test_settle_commits_status_checkpoint_and_event_together(store: Store)
     events = await store.events("r1")
     assert [(e.seq, e.type) for e in events] == [(1, "node_finished"), (2, "run_finished")]
     assert events[1].data == {"outputs": ["a"]}
+
+
+@pytest.mark.parametrize("status", ["finished", "failed"])
+async def test_a_run_that_ends_for_good_withdraws_its_questions_in_the_same_commit(
+    store: Store, clock: Clock, status: str
+) -> None:
+    """No crash between the end and a withdrawal can leave its question in an inbox."""
+    me = owner()
+    await store.create_run(make_run(status="running"), owner=me)
+    soon = clock.now + timedelta(seconds=30)
+    await store.add_interaction(make_question("q1", minute=0), owner=me.id)
+    await store.add_interaction(make_question("q2", minute=1, expires_at=soon), owner=me.id)
+    await store.add_interaction(make_question("q3", minute=2), owner=me.id)
+    await store.answer("q3", "f", answered_by="ana")
+    await store.create_run(make_run("r2", status="running"), owner=me)
+    await store.add_interaction(make_question("other", run_id="r2"), owner=me.id)
+    clock.now += timedelta(seconds=31)  # q2 is past its expiry, not yet recorded expired
+    await store.settle_run(
+        "r1", me.id, status=status, error=None, checkpoint={},  # type: ignore[arg-type]
+        event=(f"run_{status}", {}),
+    )  # fmt: skip
+    assert [q.id for q in await store.pending_interactions()] == ["other"]
+    q1, q2, q3 = [await store.get_interaction(i) for i in ("q1", "q2", "q3")]
+    assert (q1.ended, q1.answers) == ("retracted", None)
+    assert f"its run r1 {status} before it was answered" in (q1.end_reason or "")
+    assert q2.ended == "expired"  # its expiry came first
+    assert (q3.ended, q3.answers) == (None, "f")  # answered: kept as it was
+    events = [(e.type, e.data.get("interaction_id")) for e in await store.events("r1")]
+    # withdrawn before the run's last event, which a follower stops at
+    assert events[-3:] == [
+        ("interaction_retracted", "q1"), ("interaction_expired", "q2"), (f"run_{status}", None),
+    ]  # fmt: skip
+    with pytest.raises(QuestionClosedError):
+        await store.answer("q1", "f")
+    assert (await store.get_interaction("q1")).answers is None
+
+
+@pytest.mark.parametrize("status", ["failed_resumable", "cancelled", "paused_waiting_human"])
+async def test_a_run_that_can_go_on_keeps_its_questions_open(store: Store, status: str) -> None:
+    me = owner()
+    await store.create_run(make_run(status="running"), owner=me)
+    await store.add_interaction(make_question("q1"), owner=me.id)
+    await store.settle_run(
+        "r1", me.id, status=status, error=None, checkpoint={},  # type: ignore[arg-type]
+        event=("run_paused", {}),
+    )  # fmt: skip
+    assert [q.id for q in await store.pending_interactions("r1")] == ["q1"]
+    assert (await store.answer("q1", "f")).interaction.answers == "f"
 
 
 async def test_a_paused_run_can_stay_parked_with_its_owner(store: Store) -> None:

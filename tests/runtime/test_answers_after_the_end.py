@@ -1,15 +1,20 @@
 """Answers to a run that ended for good, and answers given all at once.
 
-A run that ends ``finished`` or ``failed`` withdraws its open questions: no
-agent would read an answer, so none is taken (410 ``retracted`` on REST) and
-they leave every inbox. A run that can still go on (``failed_resumable``,
+A run that ends ``finished`` or ``failed`` withdraws its open questions, in
+the commit that records its end (kill -9 right after it: none is left open):
+no agent would read an answer, so none is taken (410 ``retracted`` on REST)
+and they leave every inbox. A run that can still go on (``failed_resumable``,
 ``cancelled``, ``interrupted``) keeps them. ``answer_human`` writes all of its
 answers or none.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -168,5 +173,54 @@ async def test_a_retry_giving_an_option_by_its_label_is_taken_as_done(store: Sto
         await service.answer_human(run.id, {q1.id: "Formal", q2.id: "A2"}, "ana")
         assert await run.wait(10) == "finished", run.error
         assert (await store.get_interaction(q1.id)).answers == "f"
+    finally:
+        await session.close()
+
+
+#: Runs ASKS_THEN_ENDS in this process and kills it with SIGKILL the moment the
+#: commit that records the run's end has returned, before anything else happens.
+KILLED_AT_THE_END = """
+import asyncio, os, signal, sys
+import iterion_nb as it
+from iterion_nb.store.duckdb_store import DuckDBStore
+
+settle = DuckDBStore.settle_run
+
+async def settle_then_die(self, *args, **kwargs):
+    settled = await settle(self, *args, **kwargs)
+    if kwargs["status"] == "finished":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return settled
+
+DuckDBStore.settle_run = settle_then_die
+
+async def main():
+    session = it.Session(sys.argv[1], scenario=SCENARIO)
+    run = await session.start(it.compile(SOURCE))
+    print(run.id, flush=True)
+    await run.wait(30)
+
+asyncio.run(main())
+"""
+
+
+async def test_kill_9_just_after_the_end_leaves_no_question_open(tmp_path: Path) -> None:
+    """The withdrawal is in the end's own commit: no moment between them to die in."""
+    script = f"SCENARIO = {SCENARIO!r}\nSOURCE = {ASKS_THEN_ENDS.format(after='done')!r}\n"
+    db = tmp_path / "runs.duckdb"
+    proc = subprocess.run(
+        [sys.executable, "-c", script + KILLED_AT_THE_END, str(db)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    run_id = proc.stdout.split()[0]
+    session = Session(db)
+    try:
+        assert (await session.store.get_run(run_id)).status == "finished"
+        (asked,) = await session.store.interactions(run_id)
+        assert asked.ended == "retracted" and asked.answers is None
+        assert await session.store.pending_interactions() == []
+        types = [e.type for e in await session.store.events(run_id)]
+        assert types[-2:] == ["interaction_retracted", "run_finished"]
     finally:
         await session.close()
