@@ -737,7 +737,11 @@ async def test_postgresql_back_from_a_long_outage_a_persons_resume_waits_for_the
     cluster = await asyncio.to_thread(CliCluster, chdir, 1, store)
     session = Session(store, cluster=cluster.address, workdir=chdir)
     try:
-        run = await session.start(it.compile(chain(3, slow=1)))
+        # t2 waits for go2: the run cannot finish before the person's resume is tried
+        last = "echo t2 >> ran.txt; while [ ! -f go2 ]; do sleep 0.05; done"
+        run = await session.start(
+            it.compile(chain(3, slow=1).replace("echo t2 >> ran.txt; sleep 0.1", last))
+        )
 
         async def slow_running() -> bool:
             return ran(chdir)["t1"] == 1
@@ -753,6 +757,7 @@ async def test_postgresql_back_from_a_long_outage_a_persons_resume_waits_for_the
         assert again.returncode == 3, (again.stdout, again.stderr)
         said = again.stderr
         assert "may still be alive" in said or "that process runs it" in said, said
+        (chdir / "go2").touch()
         assert await run.wait(90) == "finished", run.error
     finally:
         await session.close()
