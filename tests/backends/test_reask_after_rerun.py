@@ -51,7 +51,8 @@ workflow w:
   gate -> done
 """
 
-LOOPED = """\
+#: An asker whose verdict loops it back (ok: false) up to three times.
+VERDICT = """\
 schema verdict:
   ok: bool
 
@@ -59,7 +60,9 @@ agent asker:
   model: "scripted"
   interaction: async
   output: verdict
+"""
 
+LOOPED = f"""{VERDICT}
 workflow w:
   entry: asker
   asker -> done when ok
@@ -367,15 +370,7 @@ async def test_a_question_whose_announcement_was_lost_is_not_posted_twice(
         await store.close()
 
 
-LOOPED_GATED = """\
-schema verdict:
-  ok: bool
-
-agent asker:
-  model: "scripted"
-  interaction: async
-  output: verdict
-
+LOOPED_GATED = f"""{VERDICT}
 await_answers gate:
   from: asker
   timeout: "30s"
