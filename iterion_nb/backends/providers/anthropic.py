@@ -15,8 +15,11 @@ from iterion_nb.backends.providers.base import (
     ProviderResponse,
     TransientProviderError,
     inline_images,
+    require_key,
 )
 
+#: Where the SDK finds its credentials when none is given.
+KEY_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 #: USD per million input / output tokens, for the cost budget (0 when unknown).
 PRICES: dict[str, tuple[float, float]] = {
     "claude-opus-4": (15.0, 75.0),
@@ -48,6 +51,10 @@ class AnthropicProvider:
     ) -> None:
         import anthropic
 
+        if client is None:
+            require_key(
+                f"anthropic/{model}", api_key, ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+            )
         self.model = model
         self.stream = stream
         self._anthropic = anthropic

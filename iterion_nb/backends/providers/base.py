@@ -19,6 +19,7 @@ checkpoints and events stay small.
 from __future__ import annotations
 
 import base64
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -157,6 +158,29 @@ def repair_reason(message: Message) -> str | None:
 
 class TransientProviderError(Exception):
     """A failure worth retrying (rate limit, overload, connection reset)."""
+
+
+class MissingKeyError(Exception):
+    """A real model's API with no key to call it: said before any request, naming what to set."""
+
+
+def require_key(model: str, given: str | None, variables: tuple[str, ...]) -> None:
+    """Refuse a provider with no API key, given or in one of ``variables``.
+
+    The SDKs' own words name neither the model nor where the run executes
+    ("Could not resolve authentication method …"); this names both.
+
+    Raises:
+        MissingKeyError: Neither a key nor any of ``variables`` is set.
+    """
+    if given or any(os.environ.get(v) for v in variables):
+        return
+    names = " or ".join(variables)
+    raise MissingKeyError(
+        f"model '{model}' needs an API key and none is set: set {names} in the environment"
+        " of the process that executes the run (this one, or the cluster's workers), then"
+        " resume the run"
+    )
 
 
 class Provider(Protocol):

@@ -15,6 +15,7 @@ from iterion_nb.backends.providers.base import (
     ProviderResponse,
     TransientProviderError,
     image_data,
+    require_key,
 )
 
 
@@ -71,6 +72,8 @@ class OpenAIProvider:
     ) -> None:  # fmt: skip
         import openai
 
+        if client is None:
+            require_key(f"openai/{model}", api_key, ("OPENAI_API_KEY",))
         self.model = model
         self._openai = openai
         self.client = client or openai.AsyncOpenAI(base_url=base_url, api_key=api_key,
