@@ -58,6 +58,7 @@ from iterion_nb.errors import (
     StoreError,
 )
 from iterion_nb.ir import compile_stored, compile_workflow
+from iterion_nb.ir import model as m
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
@@ -152,7 +153,9 @@ def add_commands(sub: Any) -> None:
     )  # fmt: skip
     _common(answer)
     add_follow(verbs, _common)
-    resume = sub.add_parser("resume", help="resume a paused, failed or cancelled run here")
+    resume = sub.add_parser(
+        "resume", help="resume a paused, interrupted, failed_resumable or cancelled run here"
+    )
     resume.add_argument("run_id", type=id_arg)
     resume.add_argument(
         "--workflow", metavar="FILE",
@@ -384,12 +387,13 @@ async def _after_answer(
             outcome["held_here"] = str(session.store.path)
         if not outcome["resumed"] and session.executor is not None and session.executor.error:
             outcome["cluster_error"] = session.executor.error  # the workers' watchers may still
-        outcome["status"] = latest.status
+        outcome["run_status"] = latest.status
         outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
             session.store, latest
         )
     elif outcome["resumed"]:  # this process now runs the workflow until it settles
-        outcome["status"] = await session.run(run_id).wait()
+        outcome["run_status"] = await session.run(run_id).wait()
+        outcome["waited"] = True
     return outcome
 
 
@@ -681,12 +685,18 @@ async def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(f"run {args.run_id} already {cancelled}; nothing to cancel")
     if not remote:
         _print(result, action, args.json, out, args)
-        return 0
+        return _answer_exit(result) if action == "answer" else 0
     try:
         _print(result, action, args.json, out, args)
     except _SHAPELESS:
         raise CliError(_NOT_UNDERSTOOD) from None
     return 0
+
+
+def _answer_exit(result: dict[str, Any]) -> int:
+    """1 when the answer resumed the run in this command and it ended as `resume`'s would fail."""
+    ended_badly = result.get("run_status") in ("failed", *RESUMABLE_ENDS)
+    return 1 if result.get("waited") and ended_badly else 0
 
 
 async def _call(args: argparse.Namespace, action: str) -> tuple[Any, bool]:
@@ -909,6 +919,17 @@ def _check_launch(args: argparse.Namespace, inputs: RunInputs) -> None:
         raise CliError(str(err)) from None
 
 
+def _running_line(run_id: str, args: argparse.Namespace, wf: m.Workflow | None) -> str:
+    """The first line of ``run``: the run's id, and how to answer it if it can ask a person."""
+    if wf is not None and not any(
+        getattr(node, "interaction", "none") not in ("none", "llm") for node in wf.nodes.values()
+    ):
+        return f"run {run_id} running\n"  # nothing in it asks anyone
+    where = f" --store {mask_url(args.store)}" if args.store else ""
+    return (f"run {run_id} running (answer its questions with `iterion-nb runs answer"
+            f" {run_id} ID TEXT{where}` from another terminal)\n")  # fmt: skip
+
+
 async def _foreground(args: argparse.Namespace, out: TextIO, inputs: RunInputs) -> int:
     _before_session(args)
     _check_launch(args, inputs)
@@ -924,9 +945,7 @@ async def _foreground(args: argparse.Namespace, out: TextIO, inputs: RunInputs) 
             out.write(json.dumps({"id": handle.id}) + "\n" if args.json else f"{handle.id}\n")
             return 0
         if not args.json:
-            where = f" --store {mask_url(args.store)}" if args.store else ""
-            out.write(f"run {handle.id} running (answer its questions with `iterion-nb runs"
-                      f" answer {handle.id} ID TEXT{where}` from another terminal)\n")  # fmt: skip
+            out.write(_running_line(handle.id, args, inputs.workflow))
             out.flush()
         shown = None if args.json else asyncio.ensure_future(_show_questions(handle, out))
         try:
@@ -1166,10 +1185,11 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
     run_id = args.run_id if args is not None else "RUN_ID"
     store = getattr(args, "store", None)
     resume = f"`iterion-nb resume {run_id}{f' --store {mask_url(store)}' if store else ''}`"
+    status = result.get("run_status")
     if result.get("cluster"):
         if result.get("resumed"):
-            return [f"answer {state}; a cluster worker resumed the run; it is {result['status']}"]
-        if result.get("status") == "paused_waiting_human" and result.get("ready"):
+            return [f"answer {state}; a cluster worker resumed the run; it is {status}"]
+        if status == "paused_waiting_human" and result.get("ready"):
             if result.get("held_here"):  # the workers reach a DuckDB store only through a holder
                 return [f"answer {state}; no cluster worker took the run up while this command"
                         f" held the store {result['held_here']}: one does once a process holds"
@@ -1179,17 +1199,16 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
             aside = f" (this command could not queue it itself: {why})" if why else ""
             return [f"answer {state}; no cluster worker has taken the run up yet:"
                     f" the first one that comes up resumes it{aside}"]  # fmt: skip
-        if result.get("status") in _STOPPED:  # no worker takes these up by itself
-            return [_kept(result, run_id, result["status"], resume)]
-        return [f"answer {state}; the run is {result['status']}"]
-    status = result.get("run_status")
+        if status in _STOPPED:  # no worker takes these up by itself
+            return [_kept(result, run_id, status, resume)]
+        return [f"answer {state}; the run is {status}"]
     if result.get("resume_needed"):  # paused, every answer in, and its process is gone
         return [f"answer {state}; every answer run {run_id} waits for is in, but nothing"
                 f" executes it: resume it with {resume}"]  # fmt: skip
     if not result.get("resumed") and status in (*_STOPPED, "interrupted"):
         return [_kept(result, run_id, status, resume)]  # nothing executes the run
     resumed = "; the run resumed" if result.get("resumed") else ""
-    final = f"; it is now {result['status']}" if result.get("status") else ""
+    final = f"; it is now {status}" if result.get("waited") else ""
     return [f"answer {state}{resumed}{final}"]
 
 

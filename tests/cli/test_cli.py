@@ -169,6 +169,42 @@ def test_an_answer_that_needs_json_says_so(tmp_path: Path) -> None:
     assert "the run resumed; it is now finished" in as_json.stdout
 
 
+def test_a_run_that_asks_nobody_says_no_word_on_answering(tmp_path: Path) -> None:
+    flow = tmp_path / "sum.iter"
+    flow.write_text('compute c:\n  expr:\n    v: "1 + 1"\n\nworkflow w:\n  entry: c\n  c -> done\n')
+    done = run("run", str(flow), "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"run {done.stdout.split()[1]} running"
+
+
+def test_an_answer_that_resumes_the_run_here_reports_where_it_ended(tmp_path: Path) -> None:
+    """--json's run_status is the status the command leaves the run in; a failed end exits 1."""
+    flow = tmp_path / "gate.iter"
+    flow.write_text(
+        'schema verdict:\n  ship: bool\n\nhuman gate:\n  instructions: "Ship it?"\n'
+        "  output: verdict\n\nworkflow w:\n  entry: gate\n  gate -> done when ship\n"
+        "  gate -> fail when not ship\n"
+    )
+    store = str(tmp_path / "store")
+    outcomes = {}
+    for ship in ("true", "false"):
+        started = run("run", str(flow), "--store", store, "--json", cwd=tmp_path)
+        run_id = json.loads(started.stdout)["id"]
+        (question,) = json.loads(started.stdout)["questions"]
+        outcomes[ship] = run(
+            "runs", "answer", run_id, question["id"], f'{{"ship": {ship}}}', "--json-value",
+            *(["--json"] if ship == "true" else []), "--store", store,
+        )  # fmt: skip
+    shipped, stopped = outcomes["true"], outcomes["false"]
+    assert shipped.returncode == 0, shipped.stderr
+    assert json.loads(shipped.stdout) == {
+        "queued": False, "resumed": True, "run_status": "finished", "resume_needed": False,
+        "waited": True,
+    }  # fmt: skip
+    assert stopped.returncode == 1, stopped.stderr
+    assert stopped.stdout == "answer recorded; the run resumed; it is now failed\n"
+
+
 SLOW_TOOL = """\
 tool first:
   command: "test -e started.txt || { echo started > started.txt; sleep 30; }"
@@ -366,6 +402,10 @@ def test_run_shows_each_question_as_asked_and_another_terminal_answers_it(
     try:
         first = proc.stdout.readline()
         run_id = first.split()[1]
+        assert first == (
+            f"run {run_id} running (answer its questions with `iterion-nb runs answer {run_id}"
+            f" ID TEXT --store {store}` from another terminal)\n"
+        )
         asked = [proc.stdout.readline() for _ in range(2)]
         assert all(line.startswith("  asked: ") for line in asked), asked
         assert "(options: formal|casual)" in asked[0]
