@@ -8,7 +8,9 @@ within :data:`PIPE_IDLE_SECONDS`; a directory, a device such as
 a limit is read. YAML is parsed with bounds too: nesting
 deeper than :data:`MAX_DEPTH`, and aliases that would expand the document
 past :data:`MAX_EXPANDED` (a "billion laughs"), are refused before the
-document is built. Every refusal is an :class:`InputFileError` whose message
+document is built, and so is a mapping (a JSON object) that gives one key
+twice, which YAML and ``json`` would otherwise let the last one win,
+silently. Every refusal is an :class:`InputFileError` whose message
 names the file (and the line and column, where there is one) and the problem.
 """
 
@@ -36,6 +38,8 @@ MAX_DEPTH = 100
 MAX_EXPANDED = 4 * MAX_INPUT_BYTES
 
 TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"
+#: The tag of YAML's merge key (``<<: *base``), which is not a key of the mapping.
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 #: How long reading a pipe waits for its next bytes (or its end) before giving up.
 PIPE_IDLE_SECONDS = 30.0
@@ -231,8 +235,10 @@ def load_yaml(text: str, name: str) -> Any:
     """Parse one YAML document (JSON is YAML) with the safe loader, within bounds.
 
     Raises:
-        InputFileError: It is not YAML, nests deeper than :data:`MAX_DEPTH`, or
-            its aliases expand past :data:`MAX_EXPANDED` or refer to themselves.
+        InputFileError: It is not YAML, nests deeper than :data:`MAX_DEPTH`,
+            its aliases expand past :data:`MAX_EXPANDED` or refer to
+            themselves, or a mapping gives one key twice (the message gives
+            the line and column of both).
     """
     import yaml
 
@@ -257,19 +263,53 @@ def load_yaml(text: str, name: str) -> Any:
 
 
 def load_json(text: str, name: str) -> Any:
-    """Parse JSON, nesting at most :data:`MAX_DEPTH` levels.
+    """Parse JSON, nesting at most :data:`MAX_DEPTH` levels, each key once in an object.
 
     Raises:
-        InputFileError: It is not JSON, or nests too deeply.
+        InputFileError: It is not JSON, nests too deeply, or gives one key
+            twice in an object (``json`` would keep the last, silently).
     """
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
         raise InputFileError(f"{name}:{err.lineno}:{err.colno}", err.msg) from None
     except RecursionError:
         raise InputFileError(name, TOO_DEEP) from None
+    except _RepeatedKeyError as err:
+        _refuse_as_yaml(text, name)  # JSON is YAML: its reader gives the lines of both
+        raise InputFileError(
+            name, f"the key '{err.key[:80]}' is given twice in one object; an object holds"
+            " each key once",
+        ) from None  # fmt: skip
     if _depth(data) > MAX_DEPTH:
         raise InputFileError(name, TOO_DEEP)
+    return data
+
+
+def _refuse_as_yaml(text: str, name: str) -> None:
+    """Raise what :func:`load_yaml` says of ``text`` if it finds a key given twice."""
+    try:
+        load_yaml(text, name)
+    except InputFileError as err:
+        if "is given twice" in err.problem:
+            raise
+
+
+class _RepeatedKeyError(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict, refusing a key given twice."""
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKeyError(key)
+            seen.add(key)
     return data
 
 
@@ -308,7 +348,41 @@ def _bounded_loader() -> type[Any]:
             finally:
                 self.depth -= 1
 
+        def compose_mapping_node(self, anchor: Any) -> Any:
+            node = super().compose_mapping_node(anchor)
+            _refuse_repeated_keys(self, node)
+            return node
+
     return BoundedLoader
+
+
+def _refuse_repeated_keys(loader: Any, node: Any) -> None:
+    """Refuse a mapping that gives one key twice (YAML would keep the last, silently).
+
+    Keys are compared as the values they load as (``1`` and ``0x1`` are one
+    key); a merge (``<<: *base``) is not a key, and the keys it brings may be
+    given again, which is what it is for.
+    """
+    import yaml
+    from yaml.constructor import ConstructorError
+
+    seen: dict[Any, Any] = {}  # key -> the mark where it first is
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+            continue
+        key = loader.construct_object(key_node)
+        try:
+            first: Any = seen.setdefault(key, key_node.start_mark)
+        except TypeError:  # not hashable: the constructor says so in its turn
+            continue
+        if first is not key_node.start_mark:
+            shown = f"'{key[:80]}'" if isinstance(key, str) else repr(key)[:80]
+            raise ConstructorError(
+                None, None,
+                f"the key {shown} is given twice in one mapping (first at line {first.line + 1},"
+                f" column {first.column + 1}); a mapping holds each key once",
+                key_node.start_mark,
+            )  # fmt: skip
 
 
 def _children(node: Any) -> list[Any]:

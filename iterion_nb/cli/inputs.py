@@ -19,9 +19,14 @@ from typing import Any
 from iterion_nb.errors import CompileError, IterionError, StoreError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
-from iterion_nb.ir.models import scripted_nodes, sure_nodes
 from iterion_nb.safe_input import InputFileError, open_regular, read_bytes, shown_path
-from iterion_nb.session.launch import check_scenario_nodes, read_answers, scenario_data
+from iterion_nb.session.launch import (
+    check_answer_nodes,
+    check_scenario_nodes,
+    read_answers,
+    scenario_data,
+    unscripted_refusal,
+)
 from iterion_nb.store.location import STORE_ENV, check_store_spec
 from iterion_nb.view.text import CONTROLS, limit_arg, plain
 
@@ -55,8 +60,9 @@ def read_run_inputs(args: argparse.Namespace) -> RunInputs:
     Raises:
         InputError: A file cannot be used (exit 2: missing, not a regular file,
             too large, not UTF-8, not YAML, nested too deeply, an alias bomb,
-            not a scenario, not pinned answers; a scenario naming a node the
-            workflow does not have), or the workflow has errors (exit 1).
+            not a scenario, not pinned answers; a scenario or a pinned answer
+            naming a node the workflow does not have), or the workflow has
+            errors (exit 1).
     """
     try:  # each message names the file (and the line, the entry) and the problem
         scenario = scenario_data(args.scenario)
@@ -75,34 +81,26 @@ def read_run_inputs(args: argparse.Namespace) -> RunInputs:
             raise InputError(str(err), 1) from None
         if scenario is None:
             refuse_unscripted(workflow, args.file)
-        else:  # a node it names that the workflow lacks is a typo: its turns would answer nobody
-            try:
+        # a node they name that the workflow lacks is a typo: its turns (its answer) would
+        # answer nobody
+        try:
+            if scenario is not None:
                 check_scenario_nodes(scenario, workflow, shown_path(args.scenario))
-            except IterionError as err:
-                raise InputError(str(err)) from None
+            if answers is not None:
+                check_answer_nodes(answers, workflow, str(given))
+        except IterionError as err:
+            raise InputError(str(err)) from None
     return RunInputs(workflow, scenario, answers)
 
 
 def refuse_unscripted(wf: m.Workflow, where: str) -> None:
     """Refuse, before a run is recorded, a workflow whose agents answer from a missing scenario.
 
-    Such a run would fail at its first agent, and resuming it without a
-    scenario would fail the same way again. Only agents every run reaches
-    count: one on a branch a variable may turn away from is left to run.
+    See :func:`~iterion_nb.session.launch.unscripted_refusal` (``%%iterion --run`` says the same).
     """
-    sure = sure_nodes(wf)
-    scripted = [name for name in scripted_nodes(wf) if name in sure]
-    if scripted:
-        nodes = ", ".join(f"'{name}'" for name in scripted[:3])
-        more = f" (and {len(scripted) - 3} more)" if len(scripted) > 3 else ""
-        one = len(scripted) == 1
-        they, answer = ("it", "it answers") if one else ("them", "they answer")
-        raise InputError(
-            f"{where}: {'node' if one else 'nodes'} {nodes}{more} {'uses' if one else 'use'}"
-            f" the scripted model, and no scenario says what {answer}: give one with"
-            " --scenario FILE (examples/*.scenario.yaml are samples), or give"
-            f' {they} a real model (model: "anthropic/…", "openai/…")'
-        )
+    refusal = unscripted_refusal(wf, where)
+    if refusal is not None:
+        raise InputError(refusal)
 
 
 def _check_attachments(given: list[str]) -> None:

@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from iterion_nb.dsl.diagnostics import did_you_mean
 from iterion_nb.errors import BadTextError, ConflictError, InvalidAnswerError, RunError
 from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.answers import check_answer_text
@@ -30,6 +31,8 @@ REPLAY = "replay"
 
 #: The fields of one pinned answer.
 FIELDS = ("node", "question", "options", "answer")
+#: What an answers document may hold (``run`` and ``workflow`` say whose answers they were).
+DOCUMENT_KEYS = ("answers", "run", "workflow")
 
 Key = tuple[str, str, tuple[str, ...]]
 
@@ -54,20 +57,17 @@ def pins_of(document: Any, where: str = "the answers") -> list[dict[str, Any]]:
         AnswersFileError: Not a list of ``{node, question, options?, answer}``
             entries (the message names the entry and the field).
     """
-    entries = document.get("answers") if isinstance(document, Mapping) else document
-    if isinstance(document, Mapping) and set(document) - {"answers", "run", "workflow"}:
-        extra = ", ".join(sorted(set(document) - {"answers", "run", "workflow"}))
-        raise AnswersFileError(f"{where}: unknown key {extra} (expected 'answers')")
-    if not isinstance(entries, list):
-        raise AnswersFileError(f"{where}: expected a list of answers under 'answers'")
     pins = []
-    for n, entry in enumerate(entries, start=1):
+    for n, entry in enumerate(_entries(document, where), start=1):
         at = f"{where}: answer {n}"
         if not isinstance(entry, Mapping):
             raise AnswersFileError(f"{at}: expected a mapping with node, question and answer")
-        unknown = [k for k in entry if k not in FIELDS]
+        unknown = [str(k) for k in entry if k not in FIELDS]
         if unknown:
-            raise AnswersFileError(f"{at}: unknown field {', '.join(map(repr, unknown))}")
+            raise AnswersFileError(
+                f"{at}: unknown field '{unknown[0]}'{did_you_mean(unknown[0], FIELDS)}"
+                f" (an answer may hold: {', '.join(FIELDS)})"
+            )
         for name in ("node", "question"):
             if not isinstance(entry.get(name), str) or not entry[name]:
                 raise AnswersFileError(f"{at}: '{name}' must be a non-empty string")
@@ -82,6 +82,41 @@ def pins_of(document: Any, where: str = "the answers") -> list[dict[str, Any]]:
             pin["options"] = list(options)
         pins.append(pin | {"answer": answer})
     return pins
+
+
+def pin_strays(pins: Sequence[Mapping[str, Any]], nodes: Iterable[str], whose: str) -> str | None:
+    """What is wrong when a pin names a node that is not among ``nodes``, else None.
+
+    Such a pin answers nothing (no question of that node is ever asked): a
+    typo, mostly. The first is named, with its entry, the node it is close to
+    ("did you mean …?") and the nodes there are (``whose`` names their workflow).
+    """
+    known = [str(n) for n in nodes]
+    for n, pin in enumerate(pins, start=1):
+        node = pin["node"]
+        if node not in known:
+            shown = ", ".join(known[:8]) + (f" and {len(known) - 8} more" if len(known) > 8 else "")
+            return (
+                f"answer {n}: node '{node}' is not in {whose}{did_you_mean(node, known)}"
+                f" (its nodes: {shown or 'none'})"
+            )
+    return None
+
+
+def _entries(document: Any, where: str) -> list[Any]:
+    """The entries of an answers document: its ``answers:`` list, or the bare list."""
+    entries = document
+    if isinstance(document, Mapping):
+        extra = [str(k) for k in document if k not in DOCUMENT_KEYS]
+        if extra:
+            raise AnswersFileError(
+                f"{where}: unknown key '{extra[0]}'{did_you_mean(extra[0], DOCUMENT_KEYS)}"
+                " (expected 'answers', the list of answers; 'run' and 'workflow' may say whose)"
+            )
+        entries = document.get("answers")
+    if not isinstance(entries, list):
+        raise AnswersFileError(f"{where}: expected a list of answers under 'answers'")
+    return entries
 
 
 def _pinned_answer(value: Any, at: str) -> Any:

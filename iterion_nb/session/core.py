@@ -280,7 +280,7 @@ class Session:
         )
         if recorded is not None and not self._custom_backend:
             launch["scenario"] = recorded
-        pins = [] if answers is None else read_answers(answers)
+        pins = [] if answers is None else read_answers(answers, wf)
         if answers_from is not None:
             await self.store.get_run(answers_from)  # NotFoundError names an unknown run
             pins += replay.export(await self.store.interactions(answers_from))

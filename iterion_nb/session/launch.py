@@ -16,8 +16,9 @@ from iterion_nb.backends.router import BackendRouter
 from iterion_nb.errors import RunError, VarsError
 from iterion_nb.ir import compile_workflow
 from iterion_nb.ir import model as m
+from iterion_nb.ir.models import scripted_nodes, sure_nodes
 from iterion_nb.runtime.ports import Backend
-from iterion_nb.runtime.replay import AnswersFileError, pins_of
+from iterion_nb.runtime.replay import AnswersFileError, pin_strays, pins_of
 from iterion_nb.safe_input import InputFileError, file_digest, load_yaml, read_text, shown_path
 
 Scenario = Mapping[str, Any] | str | os.PathLike[str]
@@ -79,16 +80,51 @@ def check_scenario_nodes(scenario: Mapping[str, Any], wf: m.Workflow, where: str
         raise RunError(f"scenario: {where + ': ' if where else ''}{problem}")
 
 
-def read_answers(answers: Answers) -> list[dict[str, Any]]:
+#: How ``iterion-nb run`` says to give a scenario (the magic says ``--scenario EXPR``).
+GIVE_SCENARIO = "--scenario FILE (examples/*.scenario.yaml are samples)"
+
+
+def unscripted_refusal(
+    wf: m.Workflow, where: str, *, backend: str | None = None, give: str = GIVE_SCENARIO
+) -> str | None:
+    """Why a run of ``wf`` without a scenario must not start, or None when it may.
+
+    Its agents that answer from a scenario (the scripted model) would fail it
+    at the first of them, after the run was recorded, and resuming it without
+    a scenario would fail the same way again. Only agents every run reaches
+    count: one on a branch a variable may turn away from is left to run.
+    ``backend`` is the one given for nodes that name none; ``give`` says how
+    to give a scenario where the refusal is read.
+    """
+    sure = sure_nodes(wf)
+    scripted = [name for name in scripted_nodes(wf, backend) if name in sure]
+    if not scripted:
+        return None
+    nodes = ", ".join(f"'{name}'" for name in scripted[:3])
+    more = f" (and {len(scripted) - 3} more)" if len(scripted) > 3 else ""
+    one = len(scripted) == 1
+    they, answer = ("it", "it answers") if one else ("them", "they answer")
+    return (
+        f"{where}: {'node' if one else 'nodes'} {nodes}{more} {'uses' if one else 'use'}"
+        f" the scripted model, and no scenario says what {answer}: give one with {give},"
+        f' or give {they} a real model (model: "anthropic/…", "openai/…")'
+    )
+
+
+def read_answers(answers: Answers, wf: m.Workflow | None = None) -> list[dict[str, Any]]:
     """Pinned answers as checked data (a file is read: YAML, or JSON which is YAML).
 
     The file is read as :mod:`iterion_nb.safe_input` reads what a person names:
-    a regular file of UTF-8 text, of bounded size, nesting and alias expansion.
+    a regular file of UTF-8 text, of bounded size, nesting and alias expansion,
+    each key once in a mapping. Given the workflow they are for, a pin naming
+    a node it does not have is refused too (see :func:`check_answer_nodes`).
 
     Raises:
         AnswersFileError: The file cannot be read, or is not pinned answers
-            (the message names the file, the entry and the field).
+            (the message names the file, the entry and the field), or a pin
+            names a node ``wf`` does not have.
     """
+    where = "the answers"
     if isinstance(answers, str | os.PathLike):
         path = Path(os.fspath(answers))
         try:
@@ -99,8 +135,30 @@ def read_answers(answers: Answers) -> list[dict[str, Any]]:
             document = load_yaml(text, shown_path(path))
         except InputFileError as err:
             raise AnswersFileError(str(err)) from None
-        return pins_of(document, str(path))
-    return pins_of(answers)
+        where = str(path)
+        pins = pins_of(document, where)
+    else:
+        pins = pins_of(answers)
+    if wf is not None:
+        check_answer_nodes(pins, wf, where)
+    return pins
+
+
+def check_answer_nodes(
+    pins: Sequence[Mapping[str, Any]], wf: m.Workflow, where: str = "the answers"
+) -> None:
+    """Refuse pinned answers for ``wf`` that name a node ``wf`` does not have (a typo, mostly).
+
+    Such a pin would answer nothing, silently: the question it meant would be
+    asked of a person after all.
+
+    Raises:
+        AnswersFileError: Naming ``where``, the entry, the node (and the one it
+            is close to) and the workflow's nodes.
+    """
+    problem = pin_strays(pins, wf.nodes, f"workflow '{wf.name}'")
+    if problem is not None:
+        raise AnswersFileError(f"{where}: {problem}")
 
 
 def answers_yaml(run_id: str, workflow: str, pins: Sequence[Mapping[str, Any]]) -> str:

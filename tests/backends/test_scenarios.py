@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,72 @@ def test_a_malformed_turn_is_refused_naming_node_turn_and_key(
     with pytest.raises(ScenarioError) as caught:
         load_scenario({"nodes": nodes})
     assert said in str(caught.value)
+
+
+BAD_VALUES: list[tuple[dict[str, Any], str]] = [
+    ({"tokens": {"in": -5, "out": "a"}},
+     "'tokens.in' must be a whole number from 0 to 1,000,000,000; got -5"),
+    ({"tokens": {"in": 5, "out": "a"}},
+     "'tokens.out' must be a whole number from 0 to 1,000,000,000; got 'a' (a string)"),
+    ({"tokens": {"in": -5, "out": 3}},
+     "'tokens.in' must be a whole number from 0 to 1,000,000,000; got -5"),
+    ({"tokens": {"in": 1.5}}, "'tokens.in' must be a whole number from 0 to 1,000,000,000;"
+     " got 1.5"),
+    ({"tokens": {"in": True}}, "'tokens.in' must be a whole number from 0 to 1,000,000,000;"
+     " got true (a boolean)"),
+    ({"tokens": {"in": 10**10}}, "'tokens.in' must be a whole number from 0 to 1,000,000,000;"
+     " got 10000000000"),
+    ({"tokens": 5}, "'tokens' must be a mapping such as {in: 120, out: 40}; got 5"),
+    ({"tokens": {"inn": 5}},
+     "'tokens': unknown key 'inn'; did you mean 'in'? ('tokens' may hold: in, out)"),
+    ({"cost_usd": "abc"},
+     "'cost_usd' must be a number of dollars from 0 to 1,000,000; got 'abc' (a string)"),
+    ({"cost_usd": -0.5}, "'cost_usd' must be a number of dollars from 0 to 1,000,000; got -0.5"),
+    ({"cost_usd": float("nan")},
+     "'cost_usd' must be a number of dollars from 0 to 1,000,000; got nan"),
+    ({"delay": "x"}, "'delay' must be a number of seconds from 0 to 86,400; got 'x' (a string)"),
+    ({"delay": "1e-3"}, "'delay' must be a number of seconds from 0 to 86,400; got '1e-3'"
+     " (a string): write the number unquoted (YAML reads 1e-3 as text, 1.0e-3 as a number)"),
+    ({"delay": 1e300}, "'delay' must be a number of seconds from 0 to 86,400; got 1e+300"),
+    ({"fail_first": "x"}, "'fail_first' must be a whole number, 0 or more; got 'x' (a string)"),
+    ({"fail_first": -1}, "'fail_first' must be a whole number, 0 or more; got -1"),
+    ({"fail_first": None}, "'fail_first' must be a whole number, 0 or more; got null (nothing)"),
+    ({"text": 5}, "'text' must be a string; got 5"),
+    ({"text": ["a"]}, "'text' must be a string; got a list"),
+    ({"output": {"when": date(2024, 1, 2)}}, "'output.when' is not JSON data (date)"),
+    ({"output": [1, float("inf")]}, "'output[1]' is not a finite number (inf)"),
+    ({"tool_calls": {"name": "x"}}, "'tool_calls' must be a list; got a mapping"),
+    ({"tool_calls": [{"name": 7}]}, "tool call 0: 'name' must be a non-empty string; got 7"),
+    ({"tool_calls": [{"name": ""}]},
+     "tool call 0: 'name' must be a non-empty string; got '' (a string)"),
+    ({"tool_calls": [{"name": "x", "id": 3}]},
+     "tool call 0: 'id' must be a non-empty string; got 3"),
+    ({"tool_calls": [{"name": "x", "input": "hi"}]},
+     "tool call 0: 'input' must be a mapping; got 'hi' (a string)"),
+    ({"tool_calls": [{"name": "x", "input": {"on": date(2024, 1, 2)}}]},
+     "tool call 0: 'input.on' is not JSON data (date)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("turn", "said"), BAD_VALUES, ids=[said for _, said in BAD_VALUES])
+def test_a_turn_value_of_the_wrong_type_or_out_of_range_is_refused_as_it_loads(
+    turn: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario({"nodes": {"poet": [{"text": "first"}, turn]}})
+    assert str(caught.value) == f"node 'poet', turn 1: {said}"
+    with pytest.raises(ScenarioError) as caught:  # in a run of a node too
+        load_scenario({"nodes": {"poet": {"visits": [[{"text": "x"}], [turn]]}}})
+    assert str(caught.value) == f"node 'poet', run 2, turn 0: {said}"
+
+
+def test_values_at_their_bounds_load() -> None:
+    edges = [
+        {"tokens": {"in": 0, "out": 1_000_000_000}, "cost_usd": 0, "delay": 86_400},
+        {"tokens": {}, "cost_usd": 1_000_000, "delay": 0.25, "fail_first": 0},
+        {"output": None, "text": ""}, {"output": "plain text"}, {"output": [1, "a", True]},
+    ]  # fmt: skip
+    assert load_scenario({"nodes": {"poet": edges}})["nodes"]["poet"] == edges
 
 
 def test_every_key_a_turn_may_hold_loads() -> None:

@@ -45,6 +45,8 @@ BOMB = "".join(
 )
 BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + BOMB
 DEEP = "nodes: " + "[" * 5000 + "]" * 5000 + "\n"
+#: The poet's turn of examples/minimal.scenario.yaml, to which a case adds a bad field.
+POET_TURN = b'nodes:\n  poet:\n    - output:\n        title: "Kernel leaves"\n        lines: []\n'
 
 
 def cli(
@@ -88,6 +90,46 @@ SCENARIOS: dict[str, tuple[bytes | None, str]] = {
         b"nodes:\n  poett:\n    - output: {title: t, lines: []}\n",
         "bad.yaml: node 'poett' is not in workflow 'haiku'; did you mean 'poet'? (its nodes: poet)",
     ),
+    "tokens not numbers": (
+        POET_TURN + b"      tokens: {in: -5, out: a}\n",
+        "bad.yaml: node 'poet', turn 0: 'tokens.in' must be a whole number from 0 to"
+        " 1,000,000,000; got -5",
+    ),
+    "tokens not a mapping": (
+        POET_TURN + b"      tokens: 5\n",
+        "bad.yaml: node 'poet', turn 0: 'tokens' must be a mapping such as {in: 120, out: 40};"
+        " got 5",
+    ),
+    "negative tokens": (
+        POET_TURN + b"      tokens: {in: -5, out: 3}\n",
+        "bad.yaml: node 'poet', turn 0: 'tokens.in' must be a whole number from 0 to"
+        " 1,000,000,000; got -5",
+    ),
+    "cost_usd not a number": (
+        POET_TURN + b'      cost_usd: "abc"\n',
+        "bad.yaml: node 'poet', turn 0: 'cost_usd' must be a number of dollars from 0 to"
+        " 1,000,000; got 'abc' (a string)",
+    ),
+    "delay not a number": (
+        POET_TURN + b'      delay: "x"\n',
+        "bad.yaml: node 'poet', turn 0: 'delay' must be a number of seconds from 0 to 86,400;"
+        " got 'x' (a string)",
+    ),
+    "fail_first not a number": (
+        POET_TURN + b'      fail_first: "x"\n',
+        "bad.yaml: node 'poet', turn 0: 'fail_first' must be a whole number, 0 or more;"
+        " got 'x' (a string)",
+    ),
+    "a node given twice": (
+        b"nodes:\n  poet:\n    - output: {title: a, lines: []}\n"
+        b"  poet:\n    - output: {title: b, lines: []}\n",
+        "bad.yaml:4:3: the key 'poet' is given twice in one mapping (first at line 2, column 3);"
+        " a mapping holds each key once",
+    ),
+    "a turn key given twice": (
+        POET_TURN + b"      output: {title: b, lines: []}\n",
+        "bad.yaml:6:7: the key 'output' is given twice in one mapping (first at line 3, column 7)",
+    ),
     "deeply nested": (DEEP.encode(), "bad.yaml:1:107: nested more than 100 levels deep"),
     "alias bomb": (BOMB.encode(), "bad.yaml: its aliases expand it past"),
     "a directory": (None, "bad.yaml: is a directory, not a file"),
@@ -115,6 +157,10 @@ def test_a_bad_json_scenario_too(tmp_path: Path) -> None:
     (tmp_path / "s.json").write_text('{"nodes": [}')
     refused(cli("run", str(MINIMAL), "--scenario", "s.json", cwd=tmp_path),
             "scenario: s.json:1:12: Expecting value")  # fmt: skip
+    (tmp_path / "s.json").write_text('{"nodes": {"poet": [],\n  "poet": []}}')
+    refused(cli("run", str(MINIMAL), "--scenario", "s.json", cwd=tmp_path),
+            "scenario: s.json:2:3: the key 'poet' is given twice in one mapping (first at line 1,"
+            " column 12)")  # fmt: skip
     nothing_but(tmp_path, "s.json")
 
 
@@ -558,6 +604,30 @@ def test_yaml_and_json_within_the_bounds_load_and_past_them_are_refused() -> Non
     second = r"^multi:2:1: a second YAML document \(`---`\): the file must hold one$"
     with pytest.raises(InputFileError, match=second):
         load_yaml("a: 1\n---\nb: 2\n", "multi")
+
+
+def test_a_key_given_twice_is_refused_with_the_lines_of_both() -> None:
+    twice = "the key 'a' is given twice in one mapping (first at line 1, column {})"
+    for text, where, column in [("a: 1\na: 2\n", "f:2:1", 1), ("a: 1\n'a': 2\n", "f:2:1", 1),
+                                ('{"a": 1,\n "a": 2}', "f:2:2", 2)]:  # fmt: skip
+        with pytest.raises(InputFileError) as caught:
+            load_yaml(text, "f")
+        said = twice.format(column)
+        assert str(caught.value) == f"{where}: {said}; a mapping holds each key once"
+    with pytest.raises(InputFileError, match=r"^f:1:12: the key 'b' is given twice .*column 6\)"):
+        load_yaml("x: [{b: 1, b: 2}]", "f")  # in a flow mapping, inside a list
+    with pytest.raises(InputFileError, match=r"^f:2:1: the key 1 is given twice"):
+        load_yaml("1: a\n0x1: b\n", "f")  # one key, as loaded, however written
+    with pytest.raises(InputFileError) as caught:
+        load_json('{"n": {"a": 1,\n "a": 2}}', "j")
+    assert str(caught.value) == (
+        "j:2:2: the key 'a' is given twice in one mapping (first at line 1, column 8);"
+        " a mapping holds each key once"
+    )
+    # a merge is not a key: what it brings may be given again (that is what it is for)
+    merged = load_yaml("a: &a {x: 1, y: 1}\nb: {<<: *a, x: 2}\nc: {<<: [*a], z: 3}\n", "m")
+    assert merged["b"] == {"x": 2, "y": 1} and merged["c"] == {"x": 1, "y": 1, "z": 3}
+    assert load_json('{"a": {"k": 1}, "b": {"k": 2}}', "j") == {"a": {"k": 1}, "b": {"k": 2}}
 
 
 # -- 10. data no store keeps: refused with a message, before a run or an answer is made ----

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +95,48 @@ def test_bad_answers_are_a_message_not_a_traceback(tmp_path: Path) -> None:
     assert json.loads(cli("runs", "list", "--json", cwd=tmp_path).stdout)["runs"] == []
     gone = cli("runs", "answers", "nope", cwd=tmp_path)
     assert gone.returncode != 0 and "nope" in gone.stderr and "Traceback" not in gone.stderr
+
+
+PIN = "answers:\n  - node: gatherer\n    question: Formal or casual?\n"
+BAD_ANSWERS = {
+    "a node the workflow lacks": (
+        "answers:\n  - node: gatherer\n    question: q\n    answer: x\n"
+        "  - node: gatherrer\n    question: q\n    answer: x\n",
+        "iterion-nb: bad.yaml: answer 2: node 'gatherrer' is not in workflow 'release_notes';"
+        " did you mean 'gatherer'? (its nodes: gatherer, gate, finalizer)",
+    ),
+    "no node close to it": (
+        "answers:\n  - node: nosuchnode\n    question: q\n    answer: x\n",
+        "iterion-nb: bad.yaml: answer 1: node 'nosuchnode' is not in workflow 'release_notes'"
+        " (its nodes: gatherer, gate, finalizer)",
+    ),
+    "a field misspelt": (
+        "answers:\n  - node: gatherer\n    questoin: q\n    answer: x\n",
+        "iterion-nb: bad.yaml: answer 1: unknown field 'questoin'; did you mean 'question'?"
+        " (an answer may hold: node, question, options, answer)",
+    ),
+    "the top-level key misspelt": (
+        "answrs: []\n",
+        "iterion-nb: bad.yaml: unknown key 'answrs'; did you mean 'answers'? (expected"
+        " 'answers', the list of answers; 'run' and 'workflow' may say whose)",
+    ),
+    "an answer given twice": (
+        PIN + "    answer: casual\n    answer: formal\n",
+        "iterion-nb: bad.yaml:5:5: the key 'answer' is given twice in one mapping (first at"
+        " line 4, column 5); a mapping holds each key once",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ANSWERS))
+def test_a_bad_answers_file_is_refused_before_a_run_is_recorded(case: str, tmp_path: Path) -> None:
+    text, said = BAD_ANSWERS[case]
+    (tmp_path / "bad.yaml").write_text(text)
+    store = str(tmp_path / "s.duckdb")
+    bad = cli("run", str(EXAMPLE), "--scenario", str(SCENARIO), "--answers", "bad.yaml",
+              "--store", store, cwd=tmp_path)  # fmt: skip
+    assert (bad.returncode, bad.stderr) == (2, said + "\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no store, no run
 
 
 def test_run_shows_a_replayed_question_with_its_answer_and_asks_the_others(

@@ -205,6 +205,16 @@ def test_bad_answers_files_say_what_and_where(tmp_path: Path) -> None:
     bad.write_text("answers:\n  - node: a\n    question: q\n    answer: x\n    who: me\n")
     with pytest.raises(AnswersFileError, match="answer 1: unknown field 'who'"):
         read_answers(bad)
+    bad.write_text("answers:\n  - node: a\n    questoin: q\n    answer: x\n")
+    with pytest.raises(AnswersFileError) as caught:
+        read_answers(bad)
+    assert str(caught.value) == (
+        f"{bad}: answer 1: unknown field 'questoin'; did you mean 'question'? (an answer may"
+        " hold: node, question, options, answer)"
+    )
+    bad.write_text("answers:\n  - node: a\n    question: q\n    answer: x\n    answer: y\n")
+    with pytest.raises(AnswersFileError, match=r"answers\.yaml:5:5: the key 'answer' is given tw"):
+        read_answers(bad)
     bad.write_text("answers: 3\n")
     with pytest.raises(AnswersFileError, match="expected a list of answers"):
         read_answers(bad)
@@ -222,6 +232,20 @@ async def test_nothing_is_recorded_for_bad_pins(store: Store, tmp_path: Path) ->
             await session.start(it.compile(LOOP), answers=[{"node": "review"}])
         with pytest.raises(NotFoundError, match="nope"):
             await session.start(it.compile(LOOP), answers_from="nope")
+        stray = [{"node": "reveiw", "question": "Approve the draft?", "answer": {}}]
+        with pytest.raises(AnswersFileError) as caught:  # it would answer nothing, silently
+            await session.start(it.compile(LOOP), answers=stray)
+        assert str(caught.value) == (
+            "the answers: answer 1: node 'reveiw' is not in workflow 'w'; did you mean"
+            " 'review'? (its nodes: review)"
+        )
+        pinned = tmp_path / "answers.yaml"
+        pinned.write_text("answers:\n  - node: nobody\n    question: q\n    answer: x\n")
+        with pytest.raises(AnswersFileError) as caught:
+            await session.start(it.compile(LOOP), answers=pinned)
+        assert str(caught.value) == (
+            f"{pinned}: answer 1: node 'nobody' is not in workflow 'w' (its nodes: review)"
+        )
         assert await session.runs() == []
     finally:
         await session.close()

@@ -19,7 +19,8 @@ final answer), ``tool_calls`` (``name``, ``input``, optional ``id``),
 ``tokens`` (``{in, out}``) and ``cost_usd`` for budget tests, ``delay``
 (seconds to wait before answering) and ``fail_first`` (how many attempts at
 this turn fail with a transient error before it succeeds); any other key is
-refused as the scenario is loaded. Tool-call ids are deterministic:
+refused as the scenario is loaded, and so is a value of the wrong type or out
+of range (see :func:`turn_value_problem`). Tool-call ids are deterministic:
 ``toolu_<node>_<visit>_<turn>_<n>``.
 
 The turn is the number of assistant messages already in the conversation, so
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -44,6 +46,7 @@ from iterion_nb.backends.providers.base import (
     repair_reason,
 )
 from iterion_nb.dsl.diagnostics import closest, did_you_mean
+from iterion_nb.safe_data import problem as data_problem
 from iterion_nb.safe_input import InputFileError, load_json, load_yaml, read_text, shown_path
 
 #: What a run that failed for want of a scenario says (a resume without one fails again).
@@ -52,6 +55,14 @@ NO_SCENARIO = "uses the scripted model, and no scenario says what it answers"
 TURN_KEYS = ("text", "output", "tool_calls", "tokens", "cost_usd", "delay", "fail_first")
 #: What a turn's tool call may hold (``name`` is required).
 CALL_KEYS = ("name", "input", "id")
+#: What a turn's ``tokens`` may hold.
+TOKEN_KEYS = ("in", "out")
+#: The most tokens a turn may say it took, each of ``in`` and ``out``.
+MAX_TURN_TOKENS = 1_000_000_000
+#: The most a turn may say it cost (``cost_usd``), in dollars.
+MAX_TURN_COST = 1_000_000
+#: The longest ``delay`` a turn may ask for, in seconds (a day).
+MAX_DELAY = 86_400
 
 
 class ScenarioError(Exception):
@@ -69,7 +80,9 @@ def load_scenario(source: Mapping[str, Any] | str | Path) -> dict[str, Any]:
             and, where there is one, the line and column), or the data is not
             a scenario: no top-level ``nodes:`` mapping, a node's turns not a
             list (or ``visits:`` of lists), a turn that is not a mapping or
-            holds a key no turn takes (named with its node and index).
+            holds a key no turn takes, or a value of the wrong type or out of
+            range (named with its node and index, the key, what it must be and
+            what it is).
     """
     where = ""
     if isinstance(source, Mapping):
@@ -155,20 +168,131 @@ def _turns_problem(turns: Any) -> str:
     for index, turn in enumerate(turns):
         if not isinstance(turn, Mapping):
             return f", turn {index}: a turn is a mapping (text, output, tool_calls, …)"
-        problem = _keys_problem(turn, TURN_KEYS, "a turn")
-        calls = turn.get("tool_calls", [])
-        if not problem and not isinstance(calls, list):
-            problem = ": 'tool_calls' must be a list"
-        for n, call in enumerate(calls if not problem else []):
-            if not isinstance(call, Mapping) or "name" not in call:
-                problem = f": tool call {n} needs a 'name'"
-            else:
-                problem = _keys_problem(call, CALL_KEYS, f"tool call {n}")
-            if problem:
-                break
+        problem = _keys_problem(turn, TURN_KEYS, "a turn") or _calls_problem(turn)
+        if not problem:
+            said = turn_value_problem(turn)
+            problem = f": {said}" if said else ""
         if problem:
             return f", turn {index}{problem}"
     return ""
+
+
+def _calls_problem(turn: Mapping[str, Any]) -> str:
+    """What is wrong with a turn's ``tool_calls`` (``: ...``), or ``""``."""
+    calls = turn.get("tool_calls", [])
+    if not isinstance(calls, list):
+        return f": 'tool_calls' must be a list; got {_got(calls)}"
+    for n, call in enumerate(calls):
+        if not isinstance(call, Mapping) or "name" not in call:
+            return f": tool call {n} needs a 'name'"
+        problem = _keys_problem(call, CALL_KEYS, f"tool call {n}")
+        for key in ("name", "id"):
+            value = call.get(key, "x")
+            if not problem and (not isinstance(value, str) or not value):
+                problem = f": tool call {n}: '{key}' must be a non-empty string; got {_got(value)}"
+        if not problem and not isinstance(call.get("input", {}), Mapping):
+            problem = f": tool call {n}: 'input' must be a mapping; got {_got(call['input'])}"
+        if not problem and "input" in call:
+            found = _json_problem(f"tool call {n}: 'input", call["input"])
+            problem = f": {found}" if found else ""
+        if problem:
+            return problem
+    return ""
+
+
+def turn_value_problem(turn: Mapping[str, Any]) -> str:
+    """What is wrong with the values a turn holds, or ``""``: the key, what it must be, what it is.
+
+    ``text`` is a string; ``output`` JSON data; ``tokens`` a mapping of
+    ``in`` and ``out``, whole numbers from 0 to :data:`MAX_TURN_TOKENS`;
+    ``cost_usd`` a number of dollars from 0 to :data:`MAX_TURN_COST`;
+    ``delay`` a number of seconds from 0 to :data:`MAX_DELAY`; ``fail_first``
+    a whole number, 0 or more. (``tool_calls`` are checked with the keys.)
+    """
+    if "text" in turn and not isinstance(turn["text"], str):
+        return f"'text' must be a string; got {_got(turn['text'])}"
+    if "output" in turn:
+        found = _json_problem("'output", turn["output"])
+        if found:
+            return found
+    if "tokens" in turn:
+        found = _tokens_problem(turn["tokens"])
+        if found:
+            return found
+    for key, whole, most, unit in (
+        ("cost_usd", False, MAX_TURN_COST, " of dollars"),
+        ("delay", False, MAX_DELAY, " of seconds"),
+        ("fail_first", True, None, ""),
+    ):
+        if key in turn:
+            found = _number_problem(f"'{key}'", turn[key], whole=whole, most=most, unit=unit)
+            if found:
+                return found
+    return ""
+
+
+def _tokens_problem(tokens: Any) -> str:
+    if not isinstance(tokens, Mapping):
+        return f"'tokens' must be a mapping such as {{in: 120, out: 40}}; got {_got(tokens)}"
+    unknown = _keys_problem(tokens, TOKEN_KEYS, "'tokens'")
+    if unknown:
+        return f"'tokens'{unknown}"
+    for key in TOKEN_KEYS:
+        if key in tokens:
+            found = _number_problem(
+                f"'tokens.{key}'", tokens[key], whole=True, most=MAX_TURN_TOKENS
+            )
+            if found:
+                return found
+    return ""
+
+
+def _number_problem(name: str, value: Any, *, whole: bool, most: int | None, unit: str = "") -> str:
+    """Why ``value`` is not a number (a whole one if ``whole``) from 0 to ``most``, or ``""``."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    fits = number and (isinstance(value, int) if whole else math.isfinite(value))
+    if fits and value >= 0 and (most is None or value <= most):
+        return ""
+    kind = "a whole number" if whole else f"a number{unit}"
+    bounds = f" from 0 to {most:,}" if most is not None else ", 0 or more"
+    said = f"{name} must be {kind}{bounds}; got {_got(value)}"
+    if isinstance(value, str) and _numeric(value):  # quoted, or YAML's 1e-3 (read as text)
+        said += ": write the number unquoted (YAML reads 1e-3 as text, 1.0e-3 as a number)"
+    return said
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _json_problem(opened: str, value: Any) -> str:
+    """Why ``value`` is not JSON data, naming the place from ``opened`` (``'output``), or ``""``."""
+    found = data_problem(value)
+    if found is None:
+        return ""
+    if found.startswith("'"):  # a place inside it: 'a[1]' is not JSON data (date)
+        inner = found[1:]
+        return f"{opened}{'' if inner.startswith('[') else '.'}{inner}"
+    return f"{opened}' {found}"
+
+
+def _got(value: Any) -> str:
+    """``value`` for a message, with its kind where the value alone does not say it."""
+    if value is None:
+        return "null (nothing)"
+    if isinstance(value, bool):
+        return f"{json.dumps(value)} (a boolean)"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:39] + "…"
+        return f"{shown!r} (a string)"
+    kinds = {list: "a list", dict: "a mapping"}
+    return next((k for t, k in kinds.items() if isinstance(value, t)), type(value).__name__)
 
 
 def _keys_problem(data: Mapping[Any, Any], allowed: tuple[str, ...], what: str) -> str:
