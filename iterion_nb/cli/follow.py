@@ -27,6 +27,7 @@ from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
 from iterion_nb.session.cluster import EXECUTOR
 from iterion_nb.store.location import mask_url
+from iterion_nb.view.text import seconds_arg
 
 #: Exit code when ``--timeout`` ran out before the run stopped (as GNU ``timeout`` says it).
 EXIT_TIMEOUT = 124
@@ -36,8 +37,6 @@ POLL_SECONDS = 0.25
 ENDS = {"finished": 0, "failed": 1, "failed_resumable": 1, "cancelled": 1, "interrupted": 1}
 #: The branch a run starts on (a fan-out's branches are named in the lines).
 ROOT_BRANCH = "b0"
-#: The longest ``--timeout`` (about 31 years; leave it out to follow without end).
-MAX_TIMEOUT = 999_999_999
 #: Widest a value is shown in a text line (``--json`` shows it whole).
 WIDTH = 120
 
@@ -53,22 +52,10 @@ def add_follow(verbs: Any, common: Any) -> None:
         help="keep following through pauses, until the run finishes, fails or is cancelled",
     )  # fmt: skip
     follow.add_argument(
-        "--timeout", type=_seconds, metavar="SECONDS",
+        "--timeout", type=seconds_arg, metavar="SECONDS",
         help=f"give up after this long (exit {EXIT_TIMEOUT}); the run is not touched",
     )  # fmt: skip
     common(follow)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:  # (NaN too)
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
-    if value > MAX_TIMEOUT:
-        raise argparse.ArgumentTypeError(f"at most {MAX_TIMEOUT:,} seconds, got {text}")
-    return value
 
 
 class Follower:

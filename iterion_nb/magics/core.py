@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import builtins
+import concurrent.futures
+import inspect
 import json
+import keyword
 import os
 import re
 import shlex
+import sys
+import types
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -49,7 +55,12 @@ from iterion_nb.runtime.wire import interaction_json
 from iterion_nb.session import Session
 from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, DaskExecutor
 from iterion_nb.session.core import SourceChangedError
-from iterion_nb.session.launch import answers_yaml, attachment_values, read_answers
+from iterion_nb.session.launch import (
+    answers_yaml,
+    attachment_values,
+    read_answers,
+    unscripted_refusal,
+)
 from iterion_nb.store.location import (
     is_store_url,
     mask_secrets,
@@ -58,7 +69,7 @@ from iterion_nb.store.location import (
     store_url,
     url_password,
 )
-from iterion_nb.view.text import already_answered, limit_arg
+from iterion_nb.view.text import already_answered, count_arg, limit_arg, seconds_arg
 from iterion_nb.widgets import InboxWidget
 
 #: Sessions by store file, kept across ``%reload_ext`` so live runs stay reachable.
@@ -112,8 +123,8 @@ def _line_parser() -> _Parser:
     inbox.add_argument("run_id", nargs="?")
     questions = verbs.add_parser("questions", add_help=False)
     questions.add_argument("run_id")
-    questions.add_argument("--wait", type=int, default=0, metavar="N")
-    questions.add_argument("--timeout", type=float, default=60.0)
+    questions.add_argument("--wait", type=count_arg, default=0, metavar="N")
+    questions.add_argument("--timeout", type=seconds_arg, default=60.0, metavar="S")
     answer = verbs.add_parser("answer", add_help=False)
     answer.add_argument("run_id")
     answer.add_argument("interaction_id")
@@ -134,7 +145,7 @@ def _line_parser() -> _Parser:
     report.add_argument("run_id")
     report.add_argument("--format", choices=("html", "md"))
     report.add_argument("-o", "--output")
-    verbs.choices["wait"].add_argument("--timeout", type=float)
+    verbs.choices["wait"].add_argument("--timeout", type=seconds_arg, metavar="S")
     for sub in verbs.choices.values():
         sub.add_argument("--store")
     return p
@@ -227,13 +238,20 @@ class IterionMagics(Magics):
             f"--scenario {expr}: expected a dict or a file path, got {type(value).__name__}"
         )
 
-    def _awaitable(self, coro: Coroutine[Any, Any, Any], what: str = "%iterion") -> Any:
+    def _awaitable(
+        self, coro: Coroutine[Any, Any, Any], what: str = "%iterion", *, reads: bool = False
+    ) -> Any:
         """In the kernel's running loop, a task the cell awaits; elsewhere, run it to the end.
 
         A cell read after ``%load_ext`` awaits it (the transformer made it so).
         The cell that loads the extension was read before the transformer
         existed and cannot: there the task runs on, and its result (or its
-        one-line error) shows in the cell when it is done.
+        one-line error) shows in the cell when it is done — except a command
+        that only ``reads`` the store (``runs``, say): that one runs to its end
+        at once on a loop of its own (every store does its I/O on threads of its
+        own, so it may be called from any loop), so the cell shows its result
+        itself, as a notebook executed by nbconvert saves it (nbclient drops
+        what comes once the cell is over).
         """
         try:
             loop = asyncio.get_running_loop()
@@ -241,6 +259,9 @@ class IterionMagics(Magics):
             from IPython.core.async_helpers import get_asyncio_loop
 
             return get_asyncio_loop().run_until_complete(coro)  # type: ignore[no-untyped-call]
+        if reads and not _awaited():
+            with concurrent.futures.ThreadPoolExecutor(1, "iterion-magic") as aside:
+                return aside.submit(asyncio.run, coro).result()
         return Deferred(loop.create_task(coro), what)
 
     def _expanded(self, prog: str, *values: str | None, rest: Sequence[str] = ()) -> None:
@@ -274,16 +295,7 @@ class IterionMagics(Magics):
         """
         args = _cell_parser().parse_args(_split(line))
         self._expanded("%%iterion", args.store)
-        if args.backend is not None and args.backend not in BACKENDS:
-            raise UsageError(
-                f"%%iterion: unknown backend {args.backend!r} (known: {', '.join(BACKENDS)})"
-            )
-        given = {}
-        for item in args.var:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise UsageError(f"%%iterion: --var expects KEY=VALUE, got {item!r}")
-            given[key] = value
+        given = _checked_options(args)
         label = f"<cell {args.name}>" if args.name else "<cell>"
         result = analyze(cell, label)
         if result.diagnostics:
@@ -294,9 +306,7 @@ class IterionMagics(Magics):
         wf = result.workflow
         if wf is None:
             raise UsageError(f"{label}: the workflow does not compile (see the table above)")
-        name = args.name or wf.name
-        if name.isidentifier():
-            self.shell.user_ns[name] = wf
+        self._bind(args.name, wf)
         if not args.run:
             return self._awaitable(_nothing())
         try:
@@ -309,6 +319,10 @@ class IterionMagics(Magics):
             pins = None if args.answers is None else read_answers(args.answers)
         except IterionError as err:
             raise UsageError(f"%%iterion --answers: {err}") from None
+        if scenario is None:  # as `iterion-nb run` refuses it: before anything is recorded
+            refusal = unscripted_refusal(wf, "%%iterion --run", backend=args.backend, give=GIVE)
+            if refusal is not None:
+                raise UsageError(refusal)
         session = self.session(args.store, create=True)
         run_id = uuid.uuid4().hex[:12]
 
@@ -324,9 +338,29 @@ class IterionMagics(Magics):
                 )  # fmt: skip
             except IterionError as err:
                 raise UsageError(f"%%iterion --run: {err}") from None
-            return LiveRun(session, run_id, wf)
+            return await LiveRun(session, run_id, wf).shown()
 
         return self._awaitable(start(), "%%iterion --run")
+
+    def _bind(self, given: str | None, wf: m.Workflow) -> None:
+        """Bind ``wf`` to ``given`` (checked already), else to its name when Python takes it.
+
+        Shadowing a builtin (``%%iterion print``) is said, not refused: the
+        notebook may mean it, and ``del NAME`` brings the builtin back.
+        """
+        name = given or wf.name
+        if not name.isidentifier() or keyword.iskeyword(name):
+            print(
+                f"note: workflow {name!r} is bound to no Python name ({_unbindable(name)}):"
+                " name one with %%iterion NAME"
+            )
+            return
+        if hasattr(builtins, name) and name not in self.shell.user_ns:
+            print(
+                f"note: {name} now names this workflow, not Python's builtin {name}"
+                f" (del {name} brings the builtin back)"
+            )
+        self.shell.user_ns[name] = wf
 
     def _warn_if_underscore_is_taken(self) -> None:
         """Say so when ``run = _`` would not get this run (the notebook assigned ``_``)."""
@@ -357,7 +391,8 @@ class IterionMagics(Magics):
         action: Callable[[Session, argparse.Namespace], Awaitable[Any]] = getattr(
             self, f"_{args.verb}"
         )
-        return self._awaitable(_guarded(action, session, args), prog)
+        reads = args.verb in _READS and not getattr(args, "wait", 0)
+        return self._awaitable(_guarded(action, session, args), prog, reads=reads)
 
     async def _runs(self, session: Session, args: argparse.Namespace) -> Table:
         runs = await session.runs(status=args.status, limit=args.limit)
@@ -370,7 +405,7 @@ class IterionMagics(Magics):
 
     async def _show(self, session: Session, args: argparse.Namespace) -> LiveRun:
         await session.store.get_run(args.run_id)
-        return LiveRun(session, args.run_id)
+        return await LiveRun(session, args.run_id).shown()
 
     async def _inbox(self, session: Session, args: argparse.Namespace) -> InboxWidget:
         if args.run_id:
@@ -469,7 +504,7 @@ class IterionMagics(Magics):
             print(f"resuming run {args.run_id} with the scenario given (--scenario)")
         elif recorded is not None:
             print(f"resuming run {args.run_id} with the scenario it recorded when it started")
-        return LiveRun(session, args.run_id)
+        return await LiveRun(session, args.run_id).shown()
 
     async def _cancel(self, session: Session, args: argparse.Namespace) -> str:
         await session.store.get_run(args.run_id)
@@ -519,6 +554,8 @@ class IterionMagics(Magics):
 VERBS = (
     "runs", "show", "inbox", "questions", "answer", "resume", "cancel", "wait", "report", "answers",
 )  # fmt: skip
+#: The commands that only read the store (a ``questions`` that waits for none).
+_READS = ("runs", "questions", "answers", "report")
 #: The line magics' arguments that name a run, a question or a place.
 _ID_ARGS = ("run_id", "interaction_id", "store", "output", "scenario", "export", "workflow")
 #: ``%iterion resume --force`` without ``--workflow``: there is nothing to force.
@@ -526,6 +563,44 @@ FORCE_NEEDS_WORKFLOW = (
     "--force needs --workflow NAME: without it the run resumes its recorded source"
     " (give the edited workflow, defined in a `%%iterion NAME` cell, with --workflow NAME --force)"
 )
+
+
+#: How ``%%iterion --run`` says to give a scenario (see ``unscripted_refusal``).
+GIVE = "--scenario EXPR (a scenario file or dict; examples/*.scenario.yaml are samples)"
+
+
+def _unbindable(name: str) -> str:
+    """Why Python cannot bind ``name``."""
+    if keyword.iskeyword(name):
+        return "it is a Python keyword"
+    return "a Python identifier is needed: letters, digits and _, not starting with a digit"
+
+
+def _checked_options(args: argparse.Namespace) -> dict[str, str]:
+    """Check ``%%iterion``'s NAME and ``--backend``; its ``--var K=V`` options, as a dict.
+
+    Raises:
+        UsageError: One line naming the option and what is wrong with it.
+    """
+    if args.name is not None:
+        _check_name(args.name)
+    if args.backend is not None and args.backend not in BACKENDS:
+        raise UsageError(
+            f"%%iterion: unknown backend {args.backend!r} (known: {', '.join(BACKENDS)})"
+        )
+    given = {}
+    for item in args.var:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"%%iterion: --var expects KEY=VALUE, got {item!r}")
+        given[key] = value
+    return given
+
+
+def _check_name(name: str) -> None:
+    """Refuse a ``%%iterion NAME`` that Python cannot bind (it would bind nothing, silently)."""
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise UsageError(f"%%iterion: cannot bind the workflow to {name!r}: {_unbindable(name)}")
 
 
 def _attachments(wf: m.Workflow, items: list[str]) -> dict[str, str]:
@@ -701,6 +776,25 @@ async def _guarded(
 def await_iterion(lines: list[str]) -> list[str]:
     """Input transformer: ``await`` every call of the iterion magics."""
     return [_CALL.sub(r"await \1", line) for line in lines]
+
+
+def _awaited() -> bool:
+    """Whether the code that called the magic awaits it: it is a coroutine's (``await …``).
+
+    The transformer makes every cell read after ``%load_ext`` await the magics;
+    the cell that loaded the extension was read before, so it calls them plainly.
+    (IPython runs a cell's statement with ``await`` in it as a coroutine's code.)
+    """
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if frame.f_code.co_name in ("run_line_magic", "run_cell_magic") and module.startswith(
+            "IPython."
+        ):
+            caller = frame.f_back
+            return caller is None or bool(caller.f_code.co_flags & inspect.CO_COROUTINE)
+        frame = frame.f_back
+    return True
 
 
 def load(shell: InteractiveShell) -> None:

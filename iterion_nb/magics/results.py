@@ -37,6 +37,18 @@ class LiveRun(RunHandle):
                 self._widget.show_failure(failure)
         return self._widget
 
+    async def shown(self) -> LiveRun:
+        """This handle, its widget brought to the run's state first (returns ``self``).
+
+        A cell's first display of the widget must already be true: a notebook
+        executed by nbconvert (nbclient) keeps it as it was then, since it
+        drops the updates a cell's output gets once a later cell runs. So the
+        snapshot of a settled run is its final state, and that of a run just
+        started names its workflow and its nodes.
+        """
+        await self.widget.refresh()
+        return self
+
     def inbox(self) -> InboxWidget:
         """An inbox for this run's questions."""
         return inbox(self.session, self.id)

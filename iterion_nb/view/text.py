@@ -1,7 +1,8 @@
 """Text for a person at a terminal or in a notebook, said the same by the CLI and the magics.
 
-Terminal-safe text (:func:`plain`), list limits (:func:`limit_arg`), and the
-refusal of a second answer naming who gave the first (:func:`already_answered`).
+Terminal-safe text (:func:`plain`), list limits (:func:`limit_arg`), seconds
+and counts (:func:`seconds_arg`, :func:`count_arg`), and the refusal of a
+second answer naming who gave the first (:func:`already_answered`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 
 #: The most runs one listing returns (REST ``?limit=``, ``runs list --limit``, ``%iterion runs``).
 MAX_LIST_LIMIT = 10_000
+#: The longest timeout an option takes (about 31 years; leave it out to wait without end).
+MAX_SECONDS = 999_999_999
 
 # C0 and C1 controls, DEL, and the marks that reorder text on screen (bidi overrides)
 CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -51,6 +54,30 @@ def limit_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"must be a whole number from 1 to {MAX_LIST_LIMIT:,}, not {text!r}"
         )
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    """A timeout in seconds, more than 0 (``runs follow --timeout``, ``%iterion wait``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:  # (NaN too)
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SECONDS:,} seconds, got {text}")
+    return value
+
+
+def count_arg(text: str) -> int:
+    """A count to wait for (``%iterion questions --wait N``): a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more, not {text!r}")
     return value
 
 

@@ -103,6 +103,9 @@ class RunWidget(Answering, anywidget.AnyWidget):
         self._visits: list[Visit] = []
         self._run: Run | None = None
         self._failure: str | None = None
+        # the follower and a first display's refresh may overlap: one at a time, so
+        # that each event is read once
+        self._refreshing = asyncio.Lock()
         if workflow is not None:
             self._set_graph(workflow)
         self.snapshots = Snapshots(self.snapshot)
@@ -121,10 +124,19 @@ class RunWidget(Answering, anywidget.AnyWidget):
         self._wf = wf
         self.workflow = wf.name
         self.graph = graph_layout(wf)
+        self.progress = {**self.progress, "total": self._node_count()}
+
+    def _node_count(self) -> int:
+        """The workflow's nodes, its terminals (``done``, ``fail``) aside."""
+        return sum(1 for n in self.graph.get("nodes", []) if not n.get("terminal"))
 
     # -- store -> state ------------------------------------------------------
     async def refresh(self) -> bool:
         """Read the run's record, new events and questions; False once it has settled."""
+        async with self._refreshing:
+            return await self._refresh()
+
+    async def _refresh(self) -> bool:
         if getattr(self.store, "closed", False):
             return False
         try:
@@ -154,9 +166,7 @@ class RunWidget(Answering, anywidget.AnyWidget):
 
     def _publish(self, run: Run) -> None:
         views = self._views
-        total = len(self.graph.get("nodes", [])) - sum(
-            1 for n in self.graph.get("nodes", []) if n.get("terminal")
-        )
+        total = self._node_count()
         self.states = node_states(views)
         self.notes = {name: view.text for name, view in views.items()}
         self.progress = {

@@ -150,13 +150,14 @@ def test_a_failed_store_and_a_silent_cluster_are_one_line_in_a_kernel(
         port = sock.getsockname()[1]
     store = tmp_path / "store"
     kernel.run(f"%load_ext iterion_nb\n%env ITERION_NB_CLUSTER=tcp://127.0.0.1:{port}")
+    kernel.run(SCENARIO)
     kernel.run(f"%iterion runs --store {made_store(store)}")  # the store: no scheduler needed
     text = shown(everything(kernel, "%iterion runs --store postgresql://u:pw@127.0.0.1:1/db", 0))
     assert "UsageError: %iterion: cannot connect to the run store" in text, text
     assert "u:***@" in text and "Traceback" not in text
     # the store that failed to open is not remembered: the one before stays
     assert "0 run(s)" in shown(kernel.run("%iterion runs --limit 1"))
-    outputs = everything(kernel, FLOW.format(store=store).replace(" --scenario scenario", ""), 0)
+    outputs = everything(kernel, FLOW.format(store=store), 0)
     text = shown(outputs)
     head = f"UsageError: %%iterion --run: no Dask scheduler at tcp://127.0.0.1:{port}: nothing"
     assert text.startswith(head), text

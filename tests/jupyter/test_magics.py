@@ -857,3 +857,101 @@ def test_questions_wait_on_a_settled_run_says_so_at_once(
         " not 5: nothing executes it, so it asks no more\n"
     )
     assert time.monotonic() - began < 10  # not the 60 s timeout
+
+
+UNSCRIPTED = (
+    "UsageError: %%iterion --run: node 'writer' uses the scripted model, and no scenario says"
+    " what it answers: give one with --scenario EXPR (a scenario file or dict;"
+    ' examples/*.scenario.yaml are samples), or give it a real model (model: "anthropic/…",'
+    ' "openai/…")\n'
+)
+
+
+def test_a_scripted_run_without_a_scenario_is_refused_before_anything_is_recorded(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `iterion-nb run` refuses it (exit 2): one line, no run recorded, no store made."""
+    fresh = tmp_path / "fresh"
+    shell.user_ns["fresh"] = str(fresh)
+    result = run(shell, "%%iterion --run --var topic=t --store $fresh\n" + WORKFLOW)
+    assert not result.success
+    assert capsys.readouterr().err == UNSCRIPTED
+    assert not fresh.exists()  # nothing recorded: not even the store was made
+    # in a store that is there, no run is recorded either
+    ok(shell, "import iterion_nb as it\nawait it.Session(store).close()")
+    assert not run(shell, "%%iterion --run --var topic=t --store $store\n" + WORKFLOW).success
+    assert capsys.readouterr().err == UNSCRIPTED
+    assert repr(ok(shell, "%iterion runs --store $store")).startswith("0 run(s)")
+    # the workflow is still defined (only the run is refused), and another backend runs it
+    assert isinstance(shell.user_ns["notes"], m.Workflow)
+    cell = "%%iterion --run --var topic=t --backend claude_code --store $store\n" + WORKFLOW
+    handle = ok(shell, cell)
+    shell.user_ns["r"] = handle
+    ok(shell, "await r.cancel()")
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("my-notes", "a Python identifier is needed"),
+        ("123", "a Python identifier is needed"),
+        ("class", "it is a Python keyword"),
+    ],
+)
+def test_a_name_python_cannot_bind_is_refused_in_one_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], name: str, why: str
+) -> None:
+    shell.user_ns.pop("notes", None)  # (one shell for every test)
+    result = run(shell, f"%%iterion {name}\n" + WORKFLOW)
+    assert not result.success
+    err = capsys.readouterr().err
+    assert err.startswith(f"UsageError: %%iterion: cannot bind the workflow to '{name}': {why}")
+    assert err.count("\n") == 1, err
+    assert "notes" not in shell.user_ns  # nothing bound under another name either
+
+
+def test_a_name_that_shadows_a_builtin_is_bound_and_said(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert ok(shell, "%%iterion print\n" + WORKFLOW) is None
+    out = capsys.readouterr().out
+    assert out == (
+        "note: print now names this workflow, not Python's builtin print"
+        " (del print brings the builtin back)\n"
+    )
+    assert isinstance(shell.user_ns["print"], m.Workflow)
+    ok(shell, "%%iterion print\n" + WORKFLOW)  # the notebook's own name now: said once
+    assert capsys.readouterr().out == ""
+    ok(shell, "del print")
+    ok(shell, "print('the builtin again')")
+    assert capsys.readouterr().out == "the builtin again\n"
+
+
+COUNT = "argument --wait: must be a whole number, 0 or more, not"
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("questions RUN --wait -1", "argument --wait: must be a whole number, 0 or more, not '-1'"),
+        (
+            "questions RUN --wait 1.5",
+            "argument --wait: must be a whole number, 0 or more, not '1.5'",
+        ),
+        ("questions RUN --timeout -1", "argument --timeout: must be more than 0 seconds, got -1"),
+        ("questions RUN --timeout 0", "argument --timeout: must be more than 0 seconds, got 0"),
+        ("wait RUN --timeout -1", "argument --timeout: must be more than 0 seconds, got -1"),
+        ("wait RUN --timeout nan", "argument --timeout: must be more than 0 seconds, got nan"),
+        ("wait RUN --timeout soon", "argument --timeout: not a number of seconds: 'soon'"),
+    ],
+)
+def test_numbers_the_line_magics_take_are_refused_out_of_range_as_the_cli_does(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], line: str, said: str
+) -> None:
+    """A negative count or timeout is one line (as `runs follow --timeout -1` is), not taken."""
+    handle = asking(shell)
+    result = run(shell, f"%iterion {line.replace('RUN', handle.id)}")
+    assert not result.success
+    verb = line.split()[0]
+    assert capsys.readouterr().err == f"UsageError: %iterion {verb}: {said}\n"
+    ok(shell, "await r.cancel()")
