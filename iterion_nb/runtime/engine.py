@@ -129,6 +129,7 @@ class Engine:
         self.poll_interval = poll_interval
         self.status: RunStatus = "running"
         self.outcome: Outcome | None = None
+        self._settling = False  # _finish has read the outcome: a later stop changes nothing
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._active = 0
         #: Set whenever a branch ends (a gate waiting for answers may now be alone).
@@ -232,8 +233,14 @@ class Engine:
         return await self._finish()
 
     def stop(self, outcome: Outcome) -> None:
-        """Stop the run (the first reason wins; losing the lease overrides any)."""
-        if self.outcome is None or outcome.lost:
+        """Stop the run (the first reason wins; losing the lease overrides any).
+
+        A cancel also overrides a pause not yet recorded: a person who cancels
+        a run on its way to a gate wants it stopped, not waiting for an answer.
+        """
+        first = self.outcome is None or outcome.lost
+        paused = self.outcome is not None and self.outcome.status == "paused_waiting_human"
+        if first or (outcome.status == "cancelled" and paused and not self._settling):
             self.outcome = outcome
         self._settled.set()
 
@@ -248,6 +255,7 @@ class Engine:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _finish(self) -> RunStatus:
+        self._settling = True
         outcome = self.outcome or Outcome("finished")
         state = self.state
         state.usage.elapsed_seconds = self._elapsed_before + time.monotonic() - self._started
@@ -267,14 +275,18 @@ class Engine:
             event = ("run_failed", {"error": outcome.error, "resumable": resumable})
         keep = self.park and outcome.status == "paused_waiting_human"
         try:
-            await self.store.settle_run(
+            settled = await self.store.settle_run(
                 self.run_id, self.owner, status=outcome.status, error=outcome.error,
                 checkpoint=state.checkpoint(), event=event, keep_lease=keep,
             )  # fmt: skip
         except LeaseLostError:
             self.status = "interrupted"
             return self.status
-        return self.status  # (settling finished or failed withdrew its open questions)
+        # (finished or failed withdrew its open questions; a pause with a cancel pending
+        # was recorded cancelled: ownership.cancel_wins)
+        if settled.status == "cancelled":
+            self.status = "cancelled"
+        return self.status
 
     async def _watch_duration(self) -> None:
         limit = self.wf.budget.max_duration_seconds

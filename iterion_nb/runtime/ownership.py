@@ -201,11 +201,32 @@ def check_import(current: Run | None, now: datetime) -> None:
         raise owned_error(current.id, held)
 
 
+#: What a run that pauses while a cancel of it is pending records instead.
+CANCELLED_EVENT: tuple[str, dict[str, Any]] = ("run_cancelled", {})
+
+
+def cancel_wins(stored: Run, status: RunStatus) -> bool:
+    """Whether a stop settles as ``cancelled``: it pauses, and a cancel of the run is pending.
+
+    A cancel asked while the run was on its way to a pause (a resume that
+    reaches the same gate again at once, say) reaches its owner at the next
+    heartbeat, after the pause is recorded: recording the pause would drop
+    it, and the run would go on at the next answer. The cancel wins.
+    """
+    return stored.cancel_requested and status == "paused_waiting_human"
+
+
 def settled_already(
     stored: Run, status: RunStatus, error: str | None, checkpoint: dict[str, Any]
 ) -> bool:
-    """Whether a stop is already recorded as asked: a repeat (its reply was lost) writes nothing."""
-    if (stored.status, stored.error) != (status, error):
+    """Whether a stop is already recorded as asked: a repeat (its reply was lost) writes nothing.
+
+    A pause recorded as ``cancelled`` (:func:`cancel_wins`) counts as recorded.
+    """
+    recorded = stored.status == status or (
+        status == "paused_waiting_human" and stored.status == "cancelled"
+    )
+    if not recorded or stored.error != error:
         return False
     expected: Any = json.loads(encode_json(checkpoint))
     return bool(stored.checkpoint == expected)

@@ -166,7 +166,10 @@ class RunHandle:
         engine = self._engine
         if engine is not None:
             engine.stop(Outcome("cancelled"))
-            return await self.wait()
+            status = await self.wait()
+            if status != "paused_waiting_human":
+                return status
+            # it was recording a pause as the cancel came: cancel the paused run (below)
         record = await self.session.store.cancel_run(self.id)
         if record.status == "running":
             try:

@@ -16,7 +16,7 @@ from typing import Any
 from iterion_nb.errors import LeaseLostError, NotFoundError
 from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import node_key
-from iterion_nb.runtime.ownership import settled_already
+from iterion_nb.runtime.ownership import CANCELLED_EVENT, cancel_wins, settled_already
 from iterion_nb.runtime.records import (
     Interaction,
     Option,
@@ -139,18 +139,21 @@ class Questions(RunCopies):
             held = stored.lease
             if held is None or held.owner != owner:
                 raise LeaseLostError(run_id)
-            lease = "" if keep_lease else f", {CLEAR_LEASE}"
+            cancel = cancel_wins(stored, status)
+            lease = "" if keep_lease and not cancel else f", {CLEAR_LEASE}"
             self._con.execute(
                 f"UPDATE runs SET status = ?, error = ?, checkpoint = ?, updated_at = ?,"
                 f" cancel_requested = false{lease} WHERE id = ?",
-                [status, error, encode_json(checkpoint), to_db(self._clock()), run_id],
-            )
+                ["cancelled" if cancel else status, error, encode_json(checkpoint),
+                 to_db(self._clock()), run_id],
+            )  # fmt: skip
             open_ = self.mirror.pending(run_id, None, None, now=None)
             ended.extend(lifecycle.ended_with_run(open_, run_id, status, self._clock()))
             for question in ended:  # before the run's last event, which followers stop at
                 messages.extend(self._end(question))
-            if event is not None:
-                self._event_now(run_id, event[0], event[1])
+            said = CANCELLED_EVENT if cancel else event
+            if said is not None:
+                self._event_now(run_id, said[0], said[1])
             return self._fetch_run(run_id)
 
         def job() -> Run:

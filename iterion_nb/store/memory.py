@@ -22,7 +22,9 @@ from iterion_nb.errors import (
 from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import Doorbell, node_key
 from iterion_nb.runtime.ownership import (
+    CANCELLED_EVENT,
     Claimant,
+    cancel_wins,
     check_acquire,
     check_import,
     effective_status,
@@ -213,10 +215,11 @@ class MemoryStore:
                 return self._seen(run)  # a repeat whose first reply was lost
             if run.lease is None or run.lease.owner != owner:
                 raise LeaseLostError(run_id)
+            cancel = cancel_wins(run, status)
             settled = replace(
-                run, status=status, error=error, checkpoint=_copy_json(checkpoint),
-                updated_at=self._clock(), cancel_requested=False,
-                lease=run.lease if keep_lease else None,
+                run, status="cancelled" if cancel else status, error=error,
+                checkpoint=_copy_json(checkpoint), updated_at=self._clock(),
+                cancel_requested=False, lease=run.lease if keep_lease and not cancel else None,
             )  # fmt: skip
             self._runs[run_id] = settled
             open_ = [i for i in self._interactions.values() if i.run_id == run_id and i.pending]
@@ -224,8 +227,9 @@ class MemoryStore:
             ended = lifecycle.ended_with_run(open_, run_id, status, self._clock())
             for question in ended:  # before the run's last event, which followers stop at
                 self._end(question)
-            if event is not None:
-                self._append(run_id, event[0], event[1], None, None)
+            said = CANCELLED_EVENT if cancel else event
+            if said is not None:
+                self._append(run_id, said[0], said[1], None, None)
             settled = self._seen(settled)
         for question in ended:
             self.doorbell.ring(node_key(question.run_id, question.node_id))

@@ -17,7 +17,12 @@ from typing import Any
 from iterion_nb.errors import LeaseLostError, NotFoundError
 from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import node_key
-from iterion_nb.runtime.ownership import effective_status, settled_already
+from iterion_nb.runtime.ownership import (
+    CANCELLED_EVENT,
+    cancel_wins,
+    effective_status,
+    settled_already,
+)
 from iterion_nb.runtime.records import (
     Interaction,
     Option,
@@ -122,7 +127,6 @@ class PgQuestions(PgCopies):
         event: tuple[str, dict[str, Any]] | None,
         keep_lease: bool = False,
     ) -> Run:
-        lease = "" if keep_lease else f", {CLEAR_LEASE}"
         ended: list[Interaction] = []
 
         async def body(conn: Conn) -> Run:
@@ -133,10 +137,12 @@ class PgQuestions(PgCopies):
             held = stored.lease
             if held is None or held.owner != owner:
                 raise LeaseLostError(run_id)
+            cancel = cancel_wins(stored, status)
+            lease = "" if keep_lease and not cancel else f", {CLEAR_LEASE}"
             cur = await conn.execute(
                 f"UPDATE runs SET status = %s, error = %s, checkpoint = %s, updated_at = %s,"
                 f" cancel_requested = false{lease} WHERE id = %s RETURNING {RUN_COLUMNS}",
-                [status, error, encode_json(checkpoint), now, run_id],
+                ["cancelled" if cancel else status, error, encode_json(checkpoint), now, run_id],
             )
             row = await cur.fetchone()
             assert row is not None  # locked above
@@ -144,12 +150,13 @@ class PgQuestions(PgCopies):
             ended.extend(lifecycle.ended_with_run(open_, run_id, status, now))
             for question in ended:  # before the run's last event, which followers stop at
                 await self._end(conn, question)
-            if event is not None:
-                await self._event_now(conn, run_id, event[0], event[1], now)
+            said = CANCELLED_EVENT if cancel else event
+            if said is not None:
+                await self._event_now(conn, run_id, said[0], said[1], now)
             return effective_status(run_from_row(row), now)
 
         settled = await self._call(lambda: self._transact(body, checkpoints=True))
-        if not keep_lease:
+        if not keep_lease or settled.status == "cancelled":
             self._held.pop(run_id, None)
         for question in ended:
             self.doorbell.ring(node_key(question.run_id, question.node_id))

@@ -195,6 +195,31 @@ async def test_a_run_that_can_go_on_keeps_its_questions_open(store: Store, statu
     assert (await store.answer("q1", "f")).interaction.answers == "f"
 
 
+@pytest.mark.parametrize("keep_lease", [False, True])
+async def test_a_pause_with_a_cancel_pending_is_recorded_cancelled(
+    store: Store, keep_lease: bool
+) -> None:
+    """The cancel was asked on the run's way to a gate: recording the pause would drop it."""
+    me = owner()
+    await store.create_run(make_run(status="running"), owner=me)
+    asked = await store.cancel_run("r1")
+    assert (asked.status, asked.cancel_requested) == ("running", True)
+    settle = {
+        "status": "paused_waiting_human", "error": None, "checkpoint": {"at": "gate"},
+        "event": ("run_paused", {"interaction_id": "q1"}), "keep_lease": keep_lease,
+    }  # fmt: skip
+    stopped = await store.settle_run("r1", me.id, **settle)  # type: ignore[arg-type]
+    assert (stopped.status, stopped.lease, stopped.cancel_requested) == ("cancelled", None, False)
+    assert [e.type for e in await store.events("r1")] == ["run_cancelled"]
+    again = await store.settle_run("r1", me.id, **settle)  # type: ignore[arg-type]
+    assert again.status == "cancelled"  # a repeat whose reply was lost: nothing more written
+    assert len(await store.events("r1")) == 1
+    # without a cancel pending, a pause is a pause
+    await store.create_run(make_run("r2", status="running"), owner=me)
+    paused = await store.settle_run("r2", me.id, **settle)  # type: ignore[arg-type]
+    assert paused.status == "paused_waiting_human"
+
+
 async def test_a_paused_run_can_stay_parked_with_its_owner(store: Store) -> None:
     me, other = owner(), owner()
     await store.create_run(make_run(status="running"), owner=me)

@@ -216,3 +216,43 @@ async def test_a_fresh_session_resumes_a_run_left_by_a_dead_process(tmp_path: Pa
     finally:
         await session.close()
         await session.store.close()
+
+
+GATES = """\
+schema decision:
+  ship: bool
+
+human approve:
+  instructions: "Ship?"
+  output: decision
+
+human again:
+  instructions: "Sure?"
+  output: decision
+
+workflow w:
+  entry: approve
+  approve -> again
+  again -> done
+"""
+
+
+@pytest.mark.parametrize("delay", [0, 0.001, 0.005, 0.02])
+async def test_a_cancel_right_after_a_resume_stops_the_run_on_its_way_to_the_gate(
+    make_session: SessionFactory, delay: float
+) -> None:
+    """The resumed run reaches its gate again at once; a cancel then was lost to the pause."""
+    session = make_session()
+    run = await session.start(it.compile(GATES))
+    assert await run.wait(10) == "paused_waiting_human"
+    assert await run.cancel() == "cancelled"
+    await session.resume(run.id)
+    await asyncio.sleep(delay)
+    assert await session.run(run.id).cancel() == "cancelled"
+    record = await run.refresh()
+    assert (record.status, record.lease) == ("cancelled", None)
+    assert [e.type for e in await run.events()].count("run_cancelled") == 2
+    (gate,) = await run.pending_questions()
+    outcome = await run.answer(gate.id, {"ship": True})
+    assert (outcome["resumed"], outcome["run_status"]) == (False, "cancelled")  # stays stopped
+    assert (await run.refresh()).status == "cancelled"
