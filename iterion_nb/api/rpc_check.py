@@ -34,6 +34,17 @@ _BATCH_ROWS: dict[str, tuple[Any, ...]] = {
 }
 
 
+#: Whole-number arguments and their least value: a count or a position, never negative
+#: (the store would hand a negative LIMIT, or one past 64 bits, to its database).
+_COUNTS: dict[tuple[str, str], int] = {
+    ("list_runs", "limit"): 1,
+    ("events", "after"): 0,
+    ("events", "limit"): 0,
+    ("get_artifact", "version"): 0,
+}
+_LARGEST = 2**63 - 1
+
+
 class Call:
     """A call's arguments once checked."""
 
@@ -58,6 +69,10 @@ def checked_call(method: str, args: list[Any], kwargs: dict[str, Any]) -> Call:
     hints = typing.get_type_hints(spec)
     for name, value in list(bound.arguments.items())[1:]:
         bound.arguments[name] = check(value, hints.get(name, Any), f"{method}: {name}")
+        low = _COUNTS.get((method, name))
+        if low is not None and value is not None and not low <= value <= _LARGEST:
+            raise ApiError(400, "bad_request", f"{method}: {name} must be a whole number"
+                           f" from {low} to {_LARGEST}, not {value}")  # fmt: skip
     return Call(list(bound.args[1:]), dict(bound.kwargs))
 
 

@@ -347,8 +347,9 @@ CRASHERS: dict[str, tuple[str, str, bytes, int, str]] = {
     "a time that is not one": ("POST", "/api/store/events",
                                b'{"args": ["r1"], "kwargs": {"after": {"__time": "x"}}}', 400,
                                "bad_request"),
-    "events after -1 (SQL)": ("POST", "/api/store/events",
-                              b'{"args": ["r1"], "kwargs": {"limit": -1}}', 400, "store_refused"),
+    # once refused by the database (store_refused), now by the call's check
+    "events limit -1": ("POST", "/api/store/events",
+                        b'{"args": ["r1"], "kwargs": {"limit": -1}}', 400, "bad_request"),
     "a keyword the method has not": ("POST", "/api/store/get_run",
                                      b'{"args": ["r1"], "kwargs": {"x": 1}}', 400, "bad_request"),
     "an unknown route": ("GET", "/nope", b"", 404, "not_found"),
@@ -750,6 +751,28 @@ def test_a_bad_status_filter_lists_the_statuses(texts: Raw) -> None:
     status, got = texts.json("GET", "/api/runs?status=weird")
     assert (status, got["code"]) == (400, "bad_request")
     assert all(s in got["message"] for s in RUN_STATUSES)
+
+
+@pytest.mark.parametrize(
+    ("method", "kwargs", "said"),
+    [
+        ("list_runs", {"limit": -1}, "list_runs: limit must be a whole number from 1 to"),
+        ("list_runs", {"limit": 0}, "list_runs: limit must be a whole number from 1 to"),
+        ("list_runs", {"limit": 10**30}, "list_runs: limit must be a whole number from 1 to"),
+        ("events", {"run_id": "r1", "after": -5}, "events: after must be a whole number from 0"),
+        ("events", {"run_id": "r1", "limit": -1}, "events: limit must be a whole number from 0"),
+    ],
+)
+def test_a_count_out_of_range_is_refused_before_the_store_sees_it(
+    texts: Raw, method: str, kwargs: dict[str, int], said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It reached the database (LIMIT -1), whose own words the holder logged as an error."""
+    body = json.dumps({"args": [], "kwargs": kwargs}).encode()
+    status, data = texts.send("POST", f"/api/store/{method}", body)
+    got = json.loads(data)
+    assert (status, got["code"]) == (400, "bad_request"), got
+    assert got["message"].startswith(said), got
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
 # -- the same checks under a Jupyter server (its own HTTP server, its own limits) -------------
