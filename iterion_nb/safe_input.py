@@ -146,7 +146,7 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int = MAX_INPUT_BYTES) ->
         try:
             while total <= limit:  # limit + 1 bytes at most: one more says it is too large
                 if pipe:
-                    _wait_for_bytes(fd, shown)
+                    _wait_for_bytes(fd, shown, total)
                 try:
                     chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
                 except BlockingIOError:
@@ -162,8 +162,8 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int = MAX_INPUT_BYTES) ->
     return b"".join(chunks)
 
 
-def _wait_for_bytes(fd: int, shown: str) -> None:
-    """Until the pipe ``fd`` has bytes (or its end) to read.
+def _wait_for_bytes(fd: int, shown: str, got: int = 0) -> None:
+    """Until the pipe ``fd`` has bytes (or its end) to read; ``got`` bytes came so far.
 
     Raises:
         InputFileError: Nothing came within :data:`PIPE_IDLE_SECONDS` (a FIFO
@@ -173,9 +173,14 @@ def _wait_for_bytes(fd: int, shown: str) -> None:
 
     ready, _, _ = select.select([fd], [], [], PIPE_IDLE_SECONDS)
     if not ready:
-        raise InputFileError(
-            shown, f"is a pipe, and nothing came through it within {PIPE_IDLE_SECONDS:.0f} s"
+        idle = f"{PIPE_IDLE_SECONDS:.0f} s"
+        said = (
+            f"is a pipe, and nothing came through it within {idle}"
+            if not got
+            else f"is a pipe that stalled: {got} bytes came, then nothing more for {idle}"
+            " and it was not closed"
         )
+        raise InputFileError(shown, said)
 
 
 def file_digest(

@@ -42,10 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser(
         "validate", help="compile a workflow file (.iter or .bot) and report every problem"
     )
-    validate.add_argument("file", help="the workflow file (.iter or .bot) to check")
+    validate.add_argument("file", help="the workflow file (.iter or .bot) to check; - for stdin")
     validate.add_argument("--json", action="store_true", help="print diagnostics as JSON")
     graph = sub.add_parser("graph", help="print the workflow as a Mermaid flowchart")
-    graph.add_argument("file", help="the workflow file (.iter or .bot) to draw")
+    graph.add_argument("file", help="the workflow file (.iter or .bot) to draw; - for stdin")
     graph.add_argument(
         "--json", action="store_true",
         help="print the workflow as JSON (entry, nodes, edges, and the Mermaid text)",
@@ -55,11 +55,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _compile(path_text: str) -> CompileResult:
-    try:  # a regular file only, and no more than a workflow may hold
-        data = read_bytes(path_text)
+    """The file's compile result; ``-`` reads standard input (named ``<stdin>``)."""
+    stdin = path_text == "-"
+    try:  # a regular file only (or a pipe), and no more than a workflow may hold
+        data = read_bytes("/dev/stdin" if stdin else path_text)
     except InputFileError as err:
-        raise _UsageError(str(err)) from None
-    return analyze(data, path_text)
+        said = str(err).replace("/dev/stdin", "<stdin>") if stdin else str(err)
+        raise _UsageError(said) from None
+    return analyze(data, "<stdin>" if stdin else path_text)
 
 
 def _count(n: int, noun: str) -> str:

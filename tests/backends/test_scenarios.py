@@ -147,6 +147,12 @@ def test_a_document_without_nodes_is_refused_naming_the_file(tmp_path: Path) -> 
     path.write_text("")
     with pytest.raises(ScenarioError, match=r"flat\.yaml: a scenario needs .*; this is empty"):
         load_scenario(path)
+    path.write_text("- poet\n")
+    with pytest.raises(ScenarioError, match=r"flat\.yaml: a scenario needs .*; this is a list$"):
+        load_scenario(path)
+    path.write_text("nodes: [poet]\n")
+    with pytest.raises(ScenarioError, match=r"needs .*; its 'nodes' is a list$"):
+        load_scenario(path)
 
 
 def test_a_scenario_for_one_run_naming_a_node_the_workflow_lacks_is_refused(

@@ -33,6 +33,23 @@ def test_validate_ok_example() -> None:
     )
 
 
+def test_validate_and_graph_read_stdin_for_a_dash() -> None:
+    source = (ROOT / "examples" / "minimal.iter").read_text()
+    for command, said in (("validate", "<stdin>: ok — workflow 'haiku'"), ("graph", "flowchart")):
+        proc = subprocess.run(
+            [str(SCRIPT), command, "-"], input=source, capture_output=True, text=True,
+            check=False, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert said in proc.stdout
+    broken = subprocess.run(
+        [str(SCRIPT), "validate", "-"], input="workflow w:\n  entry: x\n",
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert broken.returncode == 1
+    assert broken.stdout.startswith("<stdin>:2:10: error[C008]: entry 'x' is not a declared node")
+
+
 def test_validate_reports_every_error_with_caret() -> None:
     proc = run("validate", "tests/fixtures/diagnostics/C001.iter")
     assert proc.returncode == 1

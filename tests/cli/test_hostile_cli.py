@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -366,6 +367,19 @@ def test_a_fifo_nobody_writes_to_is_given_up_on(
     monkeypatch.setattr(safe_input, "PIPE_IDLE_SECONDS", 0.3)
     with pytest.raises(safe_input.InputFileError, match="nothing came through it within 0 s"):
         safe_input.read_bytes(tmp_path / "pipe")
+
+    def stalls() -> None:  # writes a line, then holds the pipe open and says no more
+        with open(tmp_path / "pipe", "w") as pipe:
+            pipe.write("workflow w:\n")
+            pipe.flush()
+            time.sleep(1.5)
+
+    writer = threading.Thread(target=stalls)
+    writer.start()
+    stalled = "is a pipe that stalled: 12 bytes came, then nothing more for 0 s and it was not"
+    with pytest.raises(safe_input.InputFileError, match=stalled):
+        safe_input.read_bytes(tmp_path / "pipe")
+    writer.join()
     with pytest.raises(safe_input.InputFileError, match=r"is a named pipe \(FIFO\), not a file"):
         safe_input.file_digest(tmp_path / "pipe")  # an attachment is kept: a file only
 

@@ -131,13 +131,22 @@ def scenario_strays(
     return f"{said} (its nodes: {shown or 'none'})"
 
 
+def _a(data: Any) -> str:
+    """What YAML made of ``data``, in words: ``a list``, ``a string``, ``empty``."""
+    if data is None:
+        return "empty"
+    kinds = {list: "a list", str: "a string", bool: "true or false", int: "a number",
+             float: "a number", dict: "a mapping"}  # fmt: skip
+    return kinds.get(type(data), type(data).__name__)
+
+
 def _not_a_scenario(data: Any) -> str:
     """Why ``data`` (with no ``nodes:`` mapping) is not a scenario."""
     said = "a scenario needs a top-level 'nodes:' mapping (node name -> its turns)"
     if not isinstance(data, dict):
-        return f"{said}; this is {'empty' if data is None else type(data).__name__}"
+        return f"{said}; this is {_a(data)}"
     if "nodes" in data:
-        return f"{said}; its 'nodes' is {type(data['nodes']).__name__}"
+        return f"{said}; its 'nodes' is {_a(data['nodes'])}"
     keys = [str(k) for k in data]
     hint = next((h for h in (did_you_mean(k, ["nodes"]) for k in keys) if h), "")
     found = (
