@@ -316,7 +316,7 @@ class IterionMagics(Magics):
         scenario = self._scenario(args.scenario)
         files = _attachments(wf, args.attach)
         try:
-            pins = None if args.answers is None else read_answers(args.answers)
+            pins = None if args.answers is None else read_answers(args.answers, wf)
         except IterionError as err:
             raise UsageError(f"%%iterion --answers: {err}") from None
         if scenario is None:  # as `iterion-nb run` refuses it: before anything is recorded

@@ -619,6 +619,15 @@ def test_pinned_answers_through_the_magics(
     _, err = capsys.readouterr()
     assert not result.success and err.count("\n") == 1 and err.startswith("UsageError:"), err
     assert "bad.yaml: answer 1: 'question' must be a non-empty string" in err
+    (tmp_path / "stray.yaml").write_text(
+        "answers:\n  - node: writr\n    question: Tone?\n    answer: x\n"
+    )
+    result = run(
+        shell, f"%%iterion --run --var topic=tea --answers {tmp_path / 'stray.yaml'}\n" + WORKFLOW
+    )
+    _, err = capsys.readouterr()
+    assert not result.success and err.count("\n") == 1, err
+    assert "stray.yaml: answer 1: node 'writr' is not in workflow 'notes'; did you mean" in err
 
 
 def test_a_cell_run_takes_a_preset(
