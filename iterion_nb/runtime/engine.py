@@ -130,6 +130,7 @@ class Engine:
         self.status: RunStatus = "running"
         self.outcome: Outcome | None = None
         self._settling = False  # _finish has read the outcome: a later stop changes nothing
+        self._recording: set[str] = set()  # branches recording a node that just finished
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._active = 0
         #: Set whenever a branch ends (a gate waiting for answers may now be alone).
@@ -233,26 +234,38 @@ class Engine:
         return await self._finish()
 
     def stop(self, outcome: Outcome) -> None:
-        """Stop the run (the first reason wins; losing the lease overrides any).
-
-        A cancel also overrides a pause not yet recorded: a person who cancels
-        a run on its way to a gate wants it stopped, not waiting for an answer.
-        """
-        first = self.outcome is None or outcome.lost
-        paused = self.outcome is not None and self.outcome.status == "paused_waiting_human"
-        if first or (outcome.status == "cancelled" and paused and not self._settling):
+        """Stop the run (the first reason wins; losing the lease overrides any)."""
+        if self.outcome is None or outcome.lost:
             self.outcome = outcome
         self._settled.set()
+
+    def cancel(self) -> None:
+        """A person's cancel: it also beats a pause not yet recorded.
+
+        A person who cancels a run on its way to a gate wants it stopped, not
+        waiting for an answer. (A session closing stops its runs with
+        :meth:`stop`: a pause it meets stays a pause.)
+        """
+        pausing = self.outcome is not None and self.outcome.status == "paused_waiting_human"
+        if pausing and not self._settling:
+            self.outcome = None
+        self.stop(Outcome("cancelled"))
 
     def lose(self) -> None:
         """Another owner took the run: stop now and record nothing more."""
         self.stop(Outcome("interrupted", "another process took the run over", lost=True))
 
     async def _halt_branches(self) -> None:
-        tasks = [t for t in self._tasks.values() if not t.done()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Cancel the branches, except one recording a finished node: it stops at its next step.
+
+        That branch checkpoints where it goes next, so a finished node (an agent's
+        paid-for turns, a tool's side effects) is never run again on resume.
+        """
+        tasks = {b: t for b, t in self._tasks.items() if not t.done()}
+        for branch, task in tasks.items():
+            if branch not in self._recording:
+                task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
 
     async def _finish(self) -> RunStatus:
         self._settling = True
@@ -422,18 +435,22 @@ class Engine:
             durable = costly(node)
             if durable:
                 await self._check_lease()
-            output = await self._run_node(node, f)
-            nexts = await self._select(node, output, f)
-            if not nexts:
-                await self._end_branch(f, "end", durable=durable)
+            branch = f.branch
+            try:
+                output = await self._run_node(node, f)
+                nexts = await self._select(node, output, f)
+                if not nexts:
+                    await self._end_branch(f, "end", durable=durable)
+                    return
+                if len(nexts) == 1:
+                    f = nexts[0]
+                    self.state.frontier[f.branch] = f
+                    await self._save(durable)
+                    continue
+                await self._fan_out(node, f, nexts, durable=durable)
                 return
-            if len(nexts) == 1:
-                f = nexts[0]
-                self.state.frontier[f.branch] = f
-                await self._save(durable)
-                continue
-            await self._fan_out(node, f, nexts, durable=durable)
-            return
+            finally:
+                self._recording.discard(branch)
 
     async def _run_node(self, node: m.Node, f: Frontier) -> Any:
         emit = self.event_for(node.name, f.branch)
@@ -455,6 +472,9 @@ class Engine:
             message = safe_data.printable(message)
             await emit("node_failed", {"kind": node.kind, "error": message})
             raise
+        # from here the node is done: a stop lets the branch record it and move on first
+        # (halted now, its output would be lost and the node run again on resume)
+        self._recording.add(f.branch)
         state = self.state
         state.visits[node.name] = state.visits.get(node.name, 0) + 1
         state.outputs[node.name] = output

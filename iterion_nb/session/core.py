@@ -67,6 +67,9 @@ from iterion_nb.store import DuckDBStore, resolve_store_path
 from iterion_nb.store.location import mask_url
 from iterion_nb.store.remote import open_store
 
+#: What an answer (or the parked watcher) resumes: a run still paused. Never one cancelled
+#: meanwhile, which only a person's resume sets going again.
+ANSWERED_TAKES: tuple[RunStatus, ...] = ("paused_waiting_human",)
 #: Says when a run was cancelled by nobody's asking (the CLI, which says it itself, mutes it).
 CANCELLED_LOG = logging.getLogger("iterion_nb.session.cancelled")
 
@@ -330,13 +333,24 @@ class Session:
         a cluster, the run is taken for it and executes on a worker; a worker
         takes a run queued for it with ``take_from`` (the queue's claimant).
         """
+        return await self._one_resume(
+            run_id, RESUMABLE, answers, workflow, force, answered_by, scenario, take_from
+        )
+
+    async def _one_resume(
+        self, run_id: str, statuses: tuple[RunStatus, ...],
+        answers: dict[str, Any] | None = None, workflow: m.Workflow | str | None = None,
+        force: bool = False, answered_by: str = "python", scenario: Scenario | None = None,
+        take_from: str | None = None,
+    ) -> RunHandle:  # fmt: skip
+        """:meth:`resume`, of a run whose status is one of ``statuses``, one at a time here."""
         self.serve()
         if run_id in self._resuming:  # two resumes at once here (an answer, the parked watcher)
             raise RunOwnedError(run_id, self.claimant.pid, self.claimant.host, utcnow())
         self._resuming.add(run_id)
         try:
             return await self._resume(
-                run_id, answers, workflow, force, answered_by, scenario, take_from
+                run_id, answers, workflow, force, answered_by, scenario, take_from, None, statuses
             )
         finally:
             self._resuming.discard(run_id)
@@ -376,7 +390,7 @@ class Session:
         for iid in answers or {}:
             await self.answers.question(run_id, iid)
         if self.executor is not None and take_from is None:
-            return await self._resume_on_cluster(record, wf, text, answers, answered_by)
+            return await self._resume_on_cluster(record, wf, text, answers, answered_by, statuses)
         run = await self.store.acquire_run(
             run_id, self.claimant, statuses=statuses, take_from=take_from
         )
@@ -402,7 +416,7 @@ class Session:
         # asked while the run waited in a cluster's queue (kept by the hand-over), or
         # while it lay interrupted: the cluster's own recovery ends it as the person asked
         if run.cancel_requested or (statuses == CLUSTER_TAKES and record.cancel_requested):
-            self._engines[run_id].stop(Outcome("cancelled"))
+            self._engines[run_id].cancel()
         return RunHandle(self, run_id)
 
     async def _begun(
@@ -474,7 +488,7 @@ class Session:
 
     async def _resume_on_cluster(
         self, record: RunRecord, wf: m.Workflow, text: str, answers: dict[str, Any] | None,
-        by: str,
+        by: str, statuses: tuple[RunStatus, ...] = RESUMABLE,
     ) -> RunHandle:  # fmt: skip
         """Take the run for the cluster (atomically), record the answers, queue it."""
         assert self.executor is not None
@@ -482,7 +496,7 @@ class Session:
         check_tools_reach_workers(wf)
         await self.executor.connected()  # no scheduler answers: the run is not taken
         queue = self.executor.queue_claimant()
-        run = await self.store.acquire_run(run_id, queue)
+        run = await self.store.acquire_run(run_id, queue, statuses=statuses)
         try:
             if run.launch.get("executor") != EXECUTOR:  # from now on a cluster run: its
                 # pauses and a worker's crash are the cluster's to take up
@@ -517,7 +531,7 @@ class Session:
                 await self.executor.connected()
             except IterionError as err:
                 raise ResumeError(f"the run was not resumed: {err}") from None
-        await self.resume(run_id, answered_by=answered_by)
+        await self._one_resume(run_id, ANSWERED_TAKES, answered_by=answered_by)
 
     def _launch(
         self, wf: m.Workflow, run_id: str, state: RunState, launch: Mapping[str, Any], *,
@@ -626,8 +640,8 @@ class Session:
                     expiry = await expire_awaited(self.store, run)
                     if await ready_to_resume(self.store, run):
                         self._parked.pop(run_id, None)
-                        with contextlib.suppress(ResumeError):
-                            await self.resume(run_id, answered_by="iterion")
+                        with contextlib.suppress(ResumeError):  # cancelled meanwhile: it stays
+                            await self._one_resume(run_id, ANSWERED_TAKES, answered_by="iterion")
                         return
                 except asyncio.CancelledError:
                     raise
@@ -649,7 +663,7 @@ class Session:
     def _cancel_requested(self, run_id: str) -> None:
         engine = self._engines.get(run_id)
         if engine is not None:
-            engine.stop(Outcome("cancelled"))
+            engine.cancel()
 
     # -- looking up ---------------------------------------------------------
     def run(self, run_id: str) -> RunHandle:

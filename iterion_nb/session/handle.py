@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from iterion_nb.errors import ResumeError, RunOwnedError
 from iterion_nb.report import render, write_report
 from iterion_nb.report.build import format_for
-from iterion_nb.runtime.engine import Engine, Outcome
+from iterion_nb.runtime.engine import Engine
 from iterion_nb.runtime.ownership import cancel_wait
 from iterion_nb.runtime.records import Event, Interaction, Run, RunStatus
 from iterion_nb.session import args
@@ -165,7 +165,7 @@ class RunHandle:
         """
         engine = self._engine
         if engine is not None:
-            engine.stop(Outcome("cancelled"))
+            engine.cancel()
             status = await self.wait()
             if status != "paused_waiting_human":
                 return status

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -42,6 +43,10 @@ class LeaseKeeper:
         self._on_cancel = on_cancel
         self.runs: set[str] = set()
         self.lost: set[str] = set()
+        #: How many times each run was taken here: a renewal's report on a run taken again
+        #: while it was on its way (a cancel, then a resume) is about the earlier take.
+        self._takes: dict[str, int] = {}
+        self._count = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
         self._renewed = time.monotonic()
         #: Set (from any thread) when a held run's doorbell rings: renew now, not at the
@@ -58,6 +63,7 @@ class LeaseKeeper:
         """Keep ``run_id``'s lease renewed (call once the store granted it)."""
         self.runs.add(run_id)
         self.lost.discard(run_id)
+        self._takes[run_id] = next(self._count)
         if self._task is None or self._task.done():
             self._renewed = time.monotonic()
             loop = asyncio.get_running_loop()
@@ -83,6 +89,7 @@ class LeaseKeeper:
     def drop(self, run_id: str) -> None:
         """Stop renewing ``run_id`` (it settled and released its lease)."""
         self.runs.discard(run_id)
+        self._takes.pop(run_id, None)
 
     async def renew(self) -> None:
         """Renew every held lease now; act on what the store reports."""
@@ -91,15 +98,17 @@ class LeaseKeeper:
             self._renewed = time.monotonic()
             return
         started = time.monotonic()
+        takes = {run_id: self._takes.get(run_id, 0) for run_id in held}
         report = await self.store.renew_leases(self.claimant, held)
         self._renewed = started
         for run_id in report.lost:
-            if run_id in self.runs:
+            if run_id in self.runs and self._takes.get(run_id, 0) == takes[run_id]:
                 self.runs.discard(run_id)
                 self.lost.add(run_id)
                 self._on_lost(run_id)
         for run_id in report.cancel:
-            self._on_cancel(run_id)
+            if self._takes.get(run_id, 0) == takes.get(run_id):
+                self._on_cancel(run_id)
 
     async def guard(self, run_id: str) -> None:
         """Raise LeaseLostError unless this session still owns ``run_id``."""

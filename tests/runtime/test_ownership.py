@@ -472,3 +472,36 @@ async def test_a_run_cancelled_while_queued_whose_task_was_lost_is_cancelled_not
     finally:
         await other.close()
     assert ran(tmp_path) == ["one", "slow", "two"]
+
+
+async def test_a_renewal_about_an_earlier_take_spares_the_run_taken_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Parked, cancelled, resumed here while a renewal was on its way: the renewal found the
+    first take gone (lost, or cancel asked) and stopped the resumed run, silently."""
+    from iterion_nb.runtime.records import LeaseReport
+    from iterion_nb.session.leases import LeaseKeeper
+
+    store = MemoryStore()
+    entered, answer = asyncio.Event(), asyncio.Event()
+
+    async def renew_leases(owner: Claimant, run_ids: list[str]) -> LeaseReport:
+        entered.set()
+        await answer.wait()
+        return LeaseReport(("r1",), ("r1",))
+
+    monkeypatch.setattr(store, "renew_leases", renew_leases)
+    lost: list[str] = []
+    cancelled: list[str] = []
+    keeper = LeaseKeeper(store, Claimant.here(30), on_lost=lost.append, on_cancel=cancelled.append)
+    keeper.hold("r1")
+    renewing = asyncio.ensure_future(keeper.renew())
+    await entered.wait()
+    keeper.drop("r1")  # settled (cancelled) ...
+    keeper.hold("r1")  # ... and taken again here
+    answer.set()
+    await renewing
+    assert (lost, cancelled, keeper.runs) == ([], [], {"r1"})
+    await keeper.renew()  # a report about this take counts
+    assert (lost, cancelled, keeper.runs) == (["r1"], ["r1"], set())
+    await keeper.stop()

@@ -8,12 +8,13 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import iterion_nb as it
 from iterion_nb.errors import ResumeError
-from iterion_nb.runtime.ports import BackendRequest, BackendResult
+from iterion_nb.runtime.ports import BackendRequest, BackendResult, Store
 from iterion_nb.session import Session
 from iterion_nb.store import open_duckdb_store
 
@@ -256,3 +257,105 @@ async def test_a_cancel_right_after_a_resume_stops_the_run_on_its_way_to_the_gat
     outcome = await run.answer(gate.id, {"ship": True})
     assert (outcome["resumed"], outcome["run_status"]) == (False, "cancelled")  # stays stopped
     assert (await run.refresh()).status == "cancelled"
+
+
+GATE_BESIDE_SLOW = """\
+schema decision:
+  ship: bool
+
+router split:
+  mode: fan_out_all
+
+human approve:
+  instructions: "Ship?"
+  output: decision
+
+agent slow:
+  model: "m"
+
+agent before:
+  model: "m"
+
+workflow w:
+  entry: split
+  split -> before
+  split -> slow
+  before -> approve
+  approve -> done
+  slow -> done
+"""
+
+
+async def test_a_session_closing_as_its_run_pauses_records_the_pause(
+    make_session: SessionFactory, store: Store
+) -> None:
+    """Closing is nobody's cancel: a pause being recorded stays a pause (answers resume it)."""
+    halting, running = asyncio.Event(), asyncio.Event()
+
+    async def before(req: BackendRequest) -> str:
+        await running.wait()  # the gate comes once the other branch is busy
+        return "ready"
+
+    async def slow(req: BackendRequest) -> str:
+        running.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:  # halted as the gate pauses the run: takes a moment
+            halting.set()
+            await asyncio.shield(asyncio.sleep(0.5))
+            raise
+        return "done"
+
+    session = make_session({"slow": slow, "before": before})
+    run = await session.start(it.compile(GATE_BESIDE_SLOW))
+    await asyncio.wait_for(halting.wait(), 10)  # the pause is chosen, not yet recorded
+    await session.close()
+    assert (await store.get_run(run.id)).status == "paused_waiting_human"
+
+
+PUBLISHED = """\
+agent a:
+  model: "m"
+  publish: draft
+
+agent b:
+  model: "m"
+
+workflow w:
+  entry: a
+  a -> b
+  b -> done
+"""
+
+
+async def test_a_cancel_as_a_finished_node_is_recorded_never_runs_it_again(
+    make_session: SessionFactory, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancel came between ``a``'s node_finished and its checkpoint: halted there, its
+    output was lost and resume ran (and paid for) ``a`` again."""
+    calls: list[str] = []
+
+    async def record(req: BackendRequest) -> str:
+        calls.append(req.node.name)
+        return f"out-{req.node.name}"
+
+    writing, release = asyncio.Event(), asyncio.Event()
+    put = store.put_artifact
+
+    async def slow_put(*args: Any, **kwargs: Any) -> Any:
+        writing.set()  # a finished: its artifact is being written
+        await release.wait()
+        return await put(*args, **kwargs)
+
+    monkeypatch.setattr(store, "put_artifact", slow_put)
+    session = make_session({"a": record, "b": record})
+    run = await session.start(it.compile(PUBLISHED))
+    await asyncio.wait_for(writing.wait(), 10)
+    cancelling = asyncio.ensure_future(run.cancel())
+    await asyncio.sleep(0.1)
+    release.set()
+    assert await cancelling == "cancelled"
+    again = await session.resume(run.id)
+    assert await again.wait(10) == "finished", again.error
+    assert calls == ["a", "b"]
+    assert again.outputs["a"] == {"text": "out-a"}
