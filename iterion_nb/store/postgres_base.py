@@ -86,6 +86,12 @@ _CONNECT_ERROR = "error connecting in %r: %s"
 OUTAGE_LOG_INTERVAL = 60.0
 
 
+def _seen(done: asyncio.Future[Any]) -> None:
+    """Mark the outcome of store work as read: its caller may have stopped waiting for it."""
+    if not done.cancelled():
+        done.exception()
+
+
 class OutageLogFilter(logging.Filter):
     """On psycopg_pool's logger: one "error connecting" line per pool and outage, not one a try.
 
@@ -452,7 +458,9 @@ class PgBase:
         """
         if self.closed:
             raise StoreError(f"the run store {self.display_url} is closed")
-        return await asyncio.shield(asyncio.wrap_future(self._thread.submit(self._guarded(work))))
+        done = asyncio.wrap_future(self._thread.submit(self._guarded(work)))
+        done.add_done_callback(_seen)  # a cancelled caller's error is nobody's to log
+        return await asyncio.shield(done)
 
     def _pooled(self) -> psycopg_pool.AsyncConnectionPool[Conn]:
         assert self._pool is not None, "the store is not open"

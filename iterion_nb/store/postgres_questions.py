@@ -5,16 +5,18 @@ Each change locks the question's row (``FOR UPDATE``) in one transaction,
 so of an answer, a retraction and an expiry of one question, from any number
 of processes, exactly one wins. A run that settles ``finished`` or ``failed``
 withdraws its open questions in the commit that records its end
-(``settle_run``); one an answer holds locked right then is skipped, and
-that answer wins.
+(``settle_run``); one another transaction holds locked right then is
+skipped (an answer committing wins), and withdrawn right after that commit
+if it is still open (an amendment let it go).
 """
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from iterion_nb.errors import LeaseLostError, NotFoundError
+from iterion_nb.errors import LeaseLostError, NotFoundError, StoreError
 from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import node_key
 from iterion_nb.runtime.ownership import (
@@ -23,6 +25,7 @@ from iterion_nb.runtime.ownership import (
     effective_status,
     settled_already,
 )
+from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import (
     Interaction,
     Option,
@@ -128,6 +131,7 @@ class PgQuestions(PgCopies):
         keep_lease: bool = False,
     ) -> Run:
         ended: list[Interaction] = []
+        busy: list[bool] = [False]
 
         async def body(conn: Conn) -> Run:
             ended.clear()  # a retry after a deadlock starts over
@@ -146,8 +150,9 @@ class PgQuestions(PgCopies):
             )
             row = await cur.fetchone()
             assert row is not None  # locked above
-            open_ = await self._open_questions(conn, run_id)
-            ended.extend(lifecycle.ended_with_run(open_, run_id, status, now))
+            if status in lifecycle.OVER:
+                open_, busy[0] = await self._open_questions(conn, run_id)
+                ended.extend(lifecycle.ended_with_run(open_, run_id, status, now))
             for question in ended:  # before the run's last event, which followers stop at
                 await self._end(conn, question)
             said = CANCELLED_EVENT if cancel else event
@@ -160,20 +165,32 @@ class PgQuestions(PgCopies):
             self._held.pop(run_id, None)
         for question in ended:
             self.doorbell.ring(node_key(question.run_id, question.node_id))
+        if busy[0]:  # one was held by another transaction: withdrawn once it is let go
+            with contextlib.suppress(StoreError):
+                await lifecycle.retire_questions(cast("Store", self), run_id, status)
         return settled
 
-    async def _open_questions(self, conn: Conn, run_id: str) -> list[Interaction]:
-        """In a transaction: the run's pending questions, locked.
+    async def _open_questions(self, conn: Conn, run_id: str) -> tuple[list[Interaction], bool]:
+        """In a transaction: the run's pending questions, locked; and whether any was busy.
 
-        One locked elsewhere is left out: an answer (or a retraction) about to
-        commit ends it.
+        One another transaction holds locked is left out (waiting for it could
+        deadlock: an answer locks its question, then the run's row): an answer
+        that commits ends it; an amendment does not, so the caller withdraws
+        what is still open once this commit is done.
         """
         cur = await conn.execute(
             f"SELECT {INTERACTION_COLUMNS} FROM interactions WHERE run_id = %s"
             " AND answered_at IS NULL AND ended IS NULL ORDER BY id FOR UPDATE SKIP LOCKED",
             [run_id],
         )
-        return [interaction_from_row(r) for r in await cur.fetchall()]
+        found = [interaction_from_row(r) for r in await cur.fetchall()]
+        cur = await conn.execute(
+            "SELECT count(*) FROM interactions WHERE run_id = %s AND answered_at IS NULL"
+            " AND ended IS NULL",
+            [run_id],
+        )
+        row = await cur.fetchone()
+        return found, row is not None and row[0] > len(found)
 
     async def amend(
         self,

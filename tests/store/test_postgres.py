@@ -8,6 +8,7 @@ The conformance suite runs against this store too (tests/conformance).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import subprocess
@@ -124,6 +125,59 @@ async def test_ten_processes_answer_one_question_exactly_one_wins(url: str) -> N
         assert [e.type for e in await store.events("r1")] == ["interaction_answered"]
         with pytest.raises(AlreadyAnsweredError):
             await store.answer("q1", "late")
+    finally:
+        await store.close()
+
+
+async def test_a_question_held_locked_as_its_run_ends_is_withdrawn_once_let_go(url: str) -> None:
+    """An amendment (or any transaction) holds the row as the run ends: settle_run skips it
+    (waiting could deadlock against an answer), then withdraws it once that commits."""
+    schema = url.rsplit("=", 1)[1]
+    store = open_postgres_store(url)
+    me = Claimant.here(30)
+    try:
+        await store.create_run(replace(a_run(), status="running"), owner=me)
+        await store.add_interaction(a_question(), owner=me.id)
+        base = url.split("?")[0]
+        async with await psycopg.AsyncConnection.connect(base) as holder:
+            await holder.execute(f"SELECT 1 FROM {schema}.interactions WHERE id = 'q1' FOR UPDATE")
+
+            async def let_go() -> None:
+                await asyncio.sleep(0.5)
+                await holder.commit()  # the question is still pending when it lets go
+
+            releasing = asyncio.ensure_future(let_go())
+            settled = await store.settle_run(
+                "r1", me.id, status="finished", error=None, checkpoint={},
+                event=("run_finished", {}),
+            )  # fmt: skip
+            await releasing
+        assert settled.status == "finished"
+        assert await store.pending_interactions("r1") == []
+        assert (await store.get_interaction("q1")).ended == "retracted"
+    finally:
+        await store.close()
+
+
+async def test_a_cancelled_callers_store_error_is_not_logged_as_never_retrieved(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The work goes on when its caller stops waiting (a cancel, a resume racing it): its
+    error is nobody's to report, and asyncio logged it as 'never retrieved'."""
+    import gc
+
+    store = open_postgres_store(url)
+    try:
+        for _ in range(5):
+            call = asyncio.ensure_future(store.get_run("nosuchrun"))  # NotFoundError, later
+            await asyncio.sleep(0)
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+        await asyncio.sleep(0.5)  # the work ended meanwhile, with its error
+        gc.collect()
+        await asyncio.sleep(0)
+        assert "never retrieved" not in caplog.text
     finally:
         await store.close()
 
