@@ -69,6 +69,7 @@ from iterion_nb.store.location import (
     store_url,
     url_password,
 )
+from iterion_nb.store.remote import RemoteStore
 from iterion_nb.view.text import already_answered, count_arg, limit_arg, seconds_arg
 from iterion_nb.widgets import InboxWidget
 
@@ -247,11 +248,12 @@ class IterionMagics(Magics):
         The cell that loads the extension was read before the transformer
         existed and cannot: there the task runs on, and its result (or its
         one-line error) shows in the cell when it is done — except a command
-        that only ``reads`` the store (``runs``, say): that one runs to its end
-        at once on a loop of its own (every store does its I/O on threads of its
-        own, so it may be called from any loop), so the cell shows its result
-        itself, as a notebook executed by nbconvert saves it (nbclient drops
-        what comes once the cell is over).
+        that only ``reads`` a store doing its I/O on threads of its own (DuckDB
+        held here, PostgreSQL: not a holder's client, whose calls and take-over
+        of the file go through this loop): that one runs to its end at once on
+        a loop of its own, so the cell shows its result itself, as a notebook
+        executed by nbconvert saves it (nbclient drops what comes once the cell
+        is over).
         """
         try:
             loop = asyncio.get_running_loop()
@@ -391,7 +393,10 @@ class IterionMagics(Magics):
         action: Callable[[Session, argparse.Namespace], Awaitable[Any]] = getattr(
             self, f"_{args.verb}"
         )
+        # a remote store's calls go through this loop (its batches, a take-over of the file):
+        # never block the loop on one of them
         reads = args.verb in _READS and not getattr(args, "wait", 0)
+        reads = reads and not isinstance(session.store, RemoteStore)
         return self._awaitable(_guarded(action, session, args), prog, reads=reads)
 
     async def _runs(self, session: Session, args: argparse.Namespace) -> Table:

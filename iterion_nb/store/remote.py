@@ -330,7 +330,9 @@ class RemoteStore:
                     batch.sending = sending
                     break
                 waiting = batch.sending
-            await asyncio.wrap_future(waiting)
+            # shielded: a waiter cancelled (a cell interrupted) must not cancel the batch's
+            # future under its sender and the other waiters
+            await asyncio.shield(asyncio.wrap_future(waiting))
         # the runs this process holds, with their claimant: the holder drops the events
         # of one taken over meanwhile (written late, after a new owner's)
         held = [[r, self._held[r]] for r in sorted({e[0] for e in events}) if r in self._held]
@@ -339,7 +341,8 @@ class RemoteStore:
         finally:
             with batch.lock:
                 batch.sending = None
-            sending.set_result(None)
+            if not sending.done():
+                sending.set_result(None)
 
     # -- the Store protocol ------------------------------------------------------
     async def _add(self, method: str, record: Any, fetch: str, **kwargs: Any) -> Any:
@@ -393,7 +396,7 @@ class RemoteStore:
 
     async def settle_run(self, run_id: str, owner: str, **kwargs: Any) -> Any:
         settled = await self._call("settle_run", run_id, owner, **kwargs)
-        if not kwargs.get("keep_lease"):
+        if not kwargs.get("keep_lease") or settled.status == "cancelled":  # (cancel_wins)
             self._held.pop(run_id, None)
         return settled
 

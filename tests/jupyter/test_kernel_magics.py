@@ -86,6 +86,43 @@ def test_load_ext_and_a_magic_in_one_cell(kernel: Kernel, tmp_path: Path) -> Non
     assert not missing.exists()
 
 
+HOLDER = """
+import asyncio, sys
+from iterion_nb.session import Session
+
+async def main():
+    session = Session(sys.argv[1])
+    session.serve()
+    print("serving", flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_read_in_the_loading_cell_on_a_store_held_elsewhere_runs_as_a_task(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """The kernel is then the holder's client, whose calls go through the kernel's loop: the
+    read runs as a task (its table comes after the cell), never blocking that loop."""
+    import subprocess
+    import sys
+
+    held = made_store(tmp_path / "held")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "serving\n"
+        text = shown(everything(kernel, f"%load_ext iterion_nb\n%iterion runs --store {held}", 2.0))
+        # first the task's placeholder, then (after the cell) its table
+        assert text.startswith("%iterion runs …\n0 run(s)\nid  workflow  status"), text
+        assert shown(everything(kernel, "print(6 * 7)", 0.5)).strip() == "42"  # still answers
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_magic_s_mistake_in_the_loading_cell_is_still_one_line(
     kernel: Kernel, tmp_path: Path
 ) -> None:
