@@ -9,6 +9,8 @@ catches ``Exception`` cannot swallow a pause or a cancellation.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -186,6 +188,14 @@ class RunOwnedError(ResumeError):
                 f" {pid} on host '{host}'): the first worker that takes it up runs it; if"
                 " no worker is up to take it within a minute, it reads interrupted and can be"
                 " resumed"
+            )
+            return
+        if pid == os.getpid() and host == socket.gethostname():
+            super().__init__(
+                f"run '{run_id}' is owned by another session of this process ({pid} on host"
+                f" '{host}') since {when}: that session runs it (a paused run resumes there"
+                " once its questions are answered); answer its questions, or close that"
+                " session to resume the run here"
             )
             return
         super().__init__(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -318,7 +319,10 @@ def test_resume_of_a_run_another_session_owns_is_one_line(
     result = run(shell, "%iterion resume {h.id} --store $store")
     _, err = capsys.readouterr()
     assert not result.success
-    assert err.startswith("UsageError: %iterion resume: run ") and "is owned by process" in err
+    assert err.startswith("UsageError: %iterion resume: run ")
+    # the owner is named as what it is: another session of this very kernel
+    assert f"is owned by another session of this process ({os.getpid()} on host" in err, err
+    assert "close that session to resume the run here" in err
     assert err.count("\n") == 1, err
     ok(shell, "await h.answer(q.id, 'formal')")
     assert ok(shell, "await h.wait(10)") == "finished"
