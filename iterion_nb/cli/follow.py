@@ -70,6 +70,8 @@ class Follower:
         #: Pending questions whose asking event was not among the events read with them.
         self.unannounced: set[str] = set()
         self.first = True
+        #: The last "waits for a worker" line said (said again only once the state changed).
+        self.noted: str | None = None
 
     async def step(self) -> int | None:
         """Print what is new; the exit code if following ends here, else ``None``."""
@@ -93,7 +95,26 @@ class Follower:
         for question_id in waiting if self.first else waiting & self.unannounced:
             self._ask(pending[question_id])
         self.unannounced, self.first = waiting - self.asked, False
+        self._waiting_note(record)
         return self._end(record)
+
+    def _waiting_note(self, record: Run) -> None:
+        """Say once (text only) that a run waits for a cluster worker: it has no event to show."""
+        cluster = record.launch.get("executor") == EXECUTOR
+        if record.status == "running" and record.lease is not None and record.lease.queued:
+            since = f"{record.lease.since:%H:%M:%S} UTC"
+            note = (f"run {plain(record.id)} waits in a cluster's queue (since {since}):"
+                    " no worker has taken it up yet")  # fmt: skip
+        elif record.status == "interrupted" and cluster:
+            note = (f"run {plain(record.id)} is interrupted: no cluster worker executes it;"
+                    " the first one that comes up takes it up")  # fmt: skip
+        else:
+            self.noted = None
+            return
+        if note != self.noted and not self.args.json:
+            self.out.write(note + "\n")
+            self.out.flush()
+        self.noted = note
 
     def _ask(self, question: Interaction | None) -> None:
         """Print a pending question once."""

@@ -46,7 +46,7 @@ from iterion_nb.cli.inputs import (
     read_run_inputs,
     store_arg,
 )
-from iterion_nb.cli.store_copy import add_store_commands, copied_lines, store_copy
+from iterion_nb.cli.store_copy import add_store_commands, copied_lines, copy_exit_code, store_copy
 from iterion_nb.errors import (
     RESUME_APPLIES_EXPIRY,
     AlreadyAnsweredError,
@@ -346,6 +346,7 @@ async def _direct(args: argparse.Namespace, action: str, retried: bool = False) 
             return {"status": status, "queued": lease is not None and lease.queued}
         # a cluster's workers reach a DuckDB store through its holder: this process, now
         session.serve()
+        began = asyncio.get_running_loop().time()
         try:
             outcome: dict[str, Any] = dict(
                 await service.answer(
@@ -358,14 +359,15 @@ async def _direct(args: argparse.Namespace, action: str, retried: bool = False) 
                 raise CliError(already_answered(interaction_json(first))) from None
             # the holder recorded it, then stopped before it could say so
             return {"queued": False, "resumed": False, "recorded_before": True}
-        return await _after_answer(session, service, args.run_id, outcome)
+        return await _after_answer(session, service, args.run_id, outcome, began)
     finally:
         await session.close()
 
 
 async def _after_answer(
-    session: Session, service: SessionService, run_id: str, outcome: dict[str, Any]
-) -> dict[str, Any]:
+    session: Session, service: SessionService, run_id: str, outcome: dict[str, Any],
+    began: float,
+) -> dict[str, Any]:  # fmt: skip
     """Where the run stands once answered; waits for it while only this process can serve it.
 
     A run the cluster executes (or that this answer resumed on it, whatever
@@ -382,11 +384,13 @@ async def _after_answer(
         ready = paused and await ready_to_resume(session.store, latest)
         if isinstance(session.store, DuckDBStore) and (latest.status == "running" or ready):
             before = latest.updated_at
-            latest = await _serve_workers(session, run_id, latest)
+            latest = await _serve_workers(session, run_id, latest, began)
             outcome["resumed"] = outcome["resumed"] or latest.updated_at != before
             outcome["held_here"] = str(session.store.path)
         if not outcome["resumed"] and session.executor is not None and session.executor.error:
             outcome["cluster_error"] = session.executor.error  # the workers' watchers may still
+        if outcome["resumed"] and _in_queue(latest):  # queued here: has a worker taken it?
+            latest = await _taken_up(session, run_id, latest, outcome)
         outcome["run_status"] = latest.status
         outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
             session.store, latest
@@ -397,12 +401,47 @@ async def _after_answer(
     return outcome
 
 
+#: Seconds an answer that queued its run on the cluster waits to see a worker take it up.
+QUEUE_LOOK_SECONDS = 3.0
+
+
+def _in_queue(run: Any) -> bool:
+    """Whether ``run`` waits in a cluster's queue (queued, no worker has taken it yet)."""
+    return bool(run.status == "running" and run.lease is not None and run.lease.queued)
+
+
+async def _taken_up(session: Session, run_id: str, latest: Any, outcome: dict[str, Any]) -> Any:
+    """``latest`` once a worker took the queued run up (a few seconds at most).
+
+    Sets ``outcome["in_queue"]`` when none did, and ``outcome["workers"]``
+    to how many workers the scheduler has (0: none is up to take it).
+    """
+    executor = session.executor
+    workers = None
+    if executor is not None:
+        try:
+            info = await asyncio.to_thread(lambda: executor.client.scheduler_info())
+            workers = len(info.get("workers") or {})
+        except Exception:  # the scheduler went away meanwhile: the watchers take it up
+            workers = None
+    deadline = asyncio.get_running_loop().time() + (QUEUE_LOOK_SECONDS if workers else 0)
+    while _in_queue(latest) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+        latest = await session.store.get_run(run_id)
+    if _in_queue(latest):
+        outcome["in_queue"] = True
+        outcome["workers"] = workers
+        outcome["cluster_address"] = str(executor.cluster) if executor is not None else None
+    return latest
+
+
 #: Seconds an answering command that holds a DuckDB store waits for a cluster worker to
-#: take up the run it answered (a worker's watcher looks for the store's holder every 5 s).
+#: take up the run it answered, counted from the answer (a worker's watcher looks for the
+#: store's holder every 5 s; this process serves the store from before the answer).
 TAKE_UP_SECONDS = 30.0
 
 
-async def _serve_workers(session: Session, run_id: str, latest: Any) -> Any:
+async def _serve_workers(session: Session, run_id: str, latest: Any, began: float) -> Any:
     """Hold the DuckDB store while cluster workers may need it for ``run_id``.
 
     A run the answer made ready waits for a worker's watcher to take it up (it
@@ -412,7 +451,7 @@ async def _serve_workers(session: Session, run_id: str, latest: Any) -> Any:
     assert isinstance(session.store, DuckDBStore)
     sys.stderr.write(_SERVING_WORKERS.format(run_id=run_id, store=session.store.path))
     sys.stderr.flush()
-    deadline = asyncio.get_running_loop().time() + TAKE_UP_SECONDS
+    deadline = began + TAKE_UP_SECONDS  # the answer's hand-over wait counts too
     answered = latest.updated_at
     # a worker taking the run changes it, even one that runs it to its next pause between
     # two looks here
@@ -755,7 +794,7 @@ async def _copy(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(str(err)) from None
     text = json.dumps(copied, indent=2) if args.json else "\n".join(copied_lines(copied))
     out.write(text + "\n")
-    return 0
+    return copy_exit_code(copied)
 
 
 _OWN_WAY: dict[str, Callable[[argparse.Namespace, TextIO], Awaitable[int]]] = {
@@ -919,6 +958,19 @@ def _check_launch(args: argparse.Namespace, inputs: RunInputs) -> None:
         raise CliError(str(err)) from None
 
 
+async def _shown_workflow(
+    session: Session, handle: RunHandle, inputs: RunInputs
+) -> m.Workflow | None:
+    """The workflow the run executes: the file's, else (a resume) the run's recorded one."""
+    if inputs.workflow is not None:
+        return inputs.workflow
+    try:
+        record = await session.store.get_run(handle.id)
+        return compile_stored(record.source, f"<run {handle.id}>")
+    except IterionError:  # an old record's source no longer compiles: say how to answer
+        return None
+
+
 def _running_line(run_id: str, args: argparse.Namespace, wf: m.Workflow | None) -> str:
     """The first line of ``run``: the run's id, and how to answer it if it can ask a person."""
     if wf is not None and not any(
@@ -945,7 +997,9 @@ async def _foreground(args: argparse.Namespace, out: TextIO, inputs: RunInputs) 
             out.write(json.dumps({"id": handle.id}) + "\n" if args.json else f"{handle.id}\n")
             return 0
         if not args.json:
-            out.write(_running_line(handle.id, args, inputs.workflow))
+            out.write(
+                _running_line(handle.id, args, await _shown_workflow(session, handle, inputs))
+            )
             out.flush()
         shown = None if args.json else asyncio.ensure_future(_show_questions(handle, out))
         try:
@@ -1126,6 +1180,10 @@ def _listing(result: Any) -> list[str]:
 def _shown(result: Any) -> list[str]:
     """``runs show``: every text from the store with its control characters escaped."""
     lines = [f"run {plain(result['id'])} ({plain(result['workflow'])}): {plain(result['status'])}"]
+    owner = result.get("owner") or {}
+    if result["status"] == "running" and owner.get("queued"):
+        lines[0] += (f" — waits in a cluster's queue since {plain(str(owner['since']))}: no"
+                     " worker has taken it up yet")  # fmt: skip
     if result.get("error"):
         lines.append(f"  error: {plain(result['error'])}")
     for node, output in result.get("outputs", {}).items():
@@ -1187,6 +1245,8 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
     resume = f"`iterion-nb resume {run_id}{f' --store {mask_url(store)}' if store else ''}`"
     status = result.get("run_status")
     if result.get("cluster"):
+        if result.get("in_queue"):  # queued on the cluster, no worker took it up yet
+            return [_queued_answer(result, state)]
         if result.get("resumed"):
             return [f"answer {state}; a cluster worker resumed the run; it is {status}"]
         if status == "paused_waiting_human" and result.get("ready"):
@@ -1210,6 +1270,17 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
     resumed = "; the run resumed" if result.get("resumed") else ""
     final = f"; it is now {status}" if result.get("waited") else ""
     return [f"answer {state}{resumed}{final}"]
+
+
+def _queued_answer(result: Any, state: str) -> str:
+    """An answer whose run this command queued on the cluster, where no worker took it yet."""
+    where = plain(mask_url(str(result.get("cluster_address") or "the scheduler")))
+    if result.get("workers") == 0:
+        return (f"answer {state}; the run waits in the cluster's queue: no worker is connected"
+                f" to the scheduler at {where}; the first one that comes up resumes it (the"
+                " run reads `interrupted` after a minute without one)")  # fmt: skip
+    return (f"answer {state}; the run waits in the cluster's queue at {where}: a worker"
+            " takes it up as soon as one has a free thread")  # fmt: skip
 
 
 def _kept(result: Any, run_id: str, status: str, resume: str) -> str:

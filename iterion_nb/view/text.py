@@ -85,8 +85,11 @@ def already_answered(question: dict[str, Any]) -> str:
     """A second answer's refusal: who answered the question (as the REST API shows it), and what."""
     given = question["answers"]
     if isinstance(given, str):
+        # the option's id, as `(options: formal|casual)` lists them and the record holds it,
+        # then its label when that differs
         labels = {o["id"]: o["label"] for o in question.get("options") or []}
-        shown = repr(clip(labels.get(given) or given))
+        label = labels.get(given)
+        shown = repr(clip(given)) + (f" ({clip(label)!r})" if label and label != given else "")
     else:
         shown = clip(json.dumps(given, ensure_ascii=False))
     who, shown = plain(question.get("answered_by") or "someone"), plain(shown)

@@ -398,6 +398,8 @@ def test_resuming_a_scripted_run_without_a_scenario_says_to_give_one(tmp_path: P
     done = run("resume", run_id, "--store", str(tmp_path / "store"), "--scenario",
                str(EXAMPLES / "minimal.scenario.yaml"), cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
+    # the run's recorded workflow asks nobody: no hint about answering its questions
+    assert done.stdout.splitlines()[0] == f"run {run_id} running", done.stdout
 
 
 def _run_async_questions(store: str, cwd: Path) -> subprocess.Popen[str]:
@@ -572,7 +574,7 @@ def test_a_second_answer_says_who_answered_what_and_a_stopped_run_says_how_to_go
         first, second, third = (proc.stdout.readline().split()[1] for _ in range(3))
         given = run("runs", "answer", run_id, first, "Formal", "--as", "ada", "--store", store)
         assert (given.returncode, given.stdout) == (0, "answer queued for the agent\n")
-        refused = f"iterion-nb: question '{first}' is already answered by ada: 'Formal'"
+        refused = f"iterion-nb: question '{first}' is already answered by ada: 'formal' ('Formal')"
         refused += " — nothing sent\n"
         again = run("runs", "answer", run_id, first, "casual", "--store", store)  # the holder
         assert (again.returncode, again.stdout, again.stderr) == (1, "", refused)
