@@ -294,12 +294,16 @@ class Store(Protocol):
         """Everything of one run (its record as stored), to copy it elsewhere."""
         ...
 
-    async def import_run(self, bundle: RunBundle) -> str:
+    async def import_run(self, bundle: RunBundle, *, force: bool = False) -> str:
         """Make this store hold exactly ``bundle``'s run, atomically; idempotent.
 
-        Returns ``"created"``, ``"updated"`` (the run was here, different: it is
-        replaced) or ``"unchanged"``. A run that a live owner executes here is
-        left alone (``RunOwnedError``).
+        Returns ``"created"``, ``"updated"`` (the run was here, an earlier state
+        of ``bundle``'s: it is replaced) or ``"unchanged"``; or, leaving the
+        copy here as it is, ``"newer"`` (it recorded more than ``bundle``, which
+        has nothing it lacks) or ``"diverged"`` (each recorded something the
+        other lacks): see :func:`~iterion_nb.runtime.lineage.import_outcome`.
+        ``force`` replaces those too. A run that a live owner executes here is
+        left alone, forced or not (``RunOwnedError``).
         """
         ...
 

@@ -3,7 +3,9 @@
 A run travels whole — record, events (with their seqs and times),
 artifacts, questions and messages — and is replaced in one transaction, so
 copying again changes nothing and a copy interrupted midway leaves each run
-either as it was or as the source has it.
+either as it was or as the source has it. The same transaction compares the
+copy here with the one coming (:func:`~iterion_nb.runtime.lineage.import_outcome`):
+one that recorded what the coming one lacks is kept, unless forced.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 from datetime import UTC
 
+from iterion_nb.runtime.lineage import import_outcome
 from iterion_nb.runtime.ownership import check_import
 from iterion_nb.runtime.records import (
     Artifact,
@@ -83,24 +86,28 @@ class RunCopies(RunTables):
 
         return await self._call(body)
 
-    async def import_run(self, bundle: RunBundle) -> str:
+    async def import_run(self, bundle: RunBundle, *, force: bool = False) -> str:
         run_id = bundle.run.id
 
         def body() -> str:
             exists = self._con.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone()
+            current = None
             if exists:
                 check_import(self._stored_run(run_id), self._clock())
-                if self._bundle(run_id) == bundle:
-                    return "unchanged"
+                current = self._bundle(run_id)
+            outcome = import_outcome(current, bundle, force=force)
+            if outcome not in ("created", "updated"):
+                return outcome  # the same, or history only this copy has: left as it is
+            if exists:
                 for table in _RUN_TABLES:
                     self._con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
                 self._con.execute("DELETE FROM runs WHERE id = ?", [run_id])
             self._insert_bundle(bundle)
-            return "updated" if exists else "created"
+            return outcome
 
         def job() -> str:
             outcome = self._transaction(body, checkpoints=True)
-            if outcome != "unchanged":
+            if outcome in ("created", "updated"):
                 self._mirror(bundle)
             return outcome
 

@@ -21,6 +21,7 @@ from iterion_nb.errors import (
 )
 from iterion_nb.runtime import lifecycle
 from iterion_nb.runtime.doorbell import Doorbell, node_key
+from iterion_nb.runtime.lineage import import_outcome
 from iterion_nb.runtime.ownership import (
     CANCELLED_EVENT,
     Claimant,
@@ -501,21 +502,21 @@ class MemoryStore:
                 tuple(m for m in self._messages if m.run_id == run_id),
             )  # fmt: skip
 
-    async def import_run(self, bundle: RunBundle) -> str:
+    async def import_run(self, bundle: RunBundle, *, force: bool = False) -> str:
         run_id = bundle.run.id
         with self._lock:
             current = self._runs.get(run_id)
             check_import(current, self._clock())
-            if current is not None:
-                same = RunBundle(
-                    current, tuple(self._events[run_id]),
-                    tuple(self._artifacts.get(run_id, [])),
-                    tuple(sorted((i for i in self._interactions.values() if i.run_id == run_id),
-                                 key=lambda i: i.requested_at)),
-                    tuple(m for m in self._messages if m.run_id == run_id),
-                )  # fmt: skip
-                if same == bundle:
-                    return "unchanged"
+            here = None if current is None else RunBundle(
+                current, tuple(self._events[run_id]),
+                tuple(self._artifacts.get(run_id, [])),
+                tuple(sorted((i for i in self._interactions.values() if i.run_id == run_id),
+                             key=lambda i: i.requested_at)),
+                tuple(m for m in self._messages if m.run_id == run_id),
+            )  # fmt: skip
+            outcome = import_outcome(here, bundle, force=force)
+            if outcome not in ("created", "updated"):
+                return outcome
             self._runs[run_id] = bundle.run
             self._events[run_id] = list(bundle.events)
             self._artifacts[run_id] = list(bundle.artifacts)
@@ -525,7 +526,7 @@ class MemoryStore:
             self._messages = [m for m in self._messages if m.run_id != run_id]
             self._messages.extend(bundle.messages)
         self.doorbell.ring(run_id)
-        return "created" if current is None else "updated"
+        return outcome
 
     async def flush(self) -> None:
         return None

@@ -5,7 +5,10 @@ A run travels whole — record, events (with their seqs and times),
 artifacts, questions and messages — and is replaced in one transaction that
 locks the run's row, so copying again changes nothing, a copy interrupted
 midway leaves each run either as it was or as the source has it, and a run
-a live owner executes here is never overwritten.
+a live owner executes here is never overwritten. The same transaction
+compares the copy here with the one coming
+(:func:`~iterion_nb.runtime.lineage.import_outcome`): one that recorded what
+the coming one lacks is kept, unless forced.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 from datetime import UTC
 
+from iterion_nb.runtime.lineage import import_outcome
 from iterion_nb.runtime.ownership import check_import
 from iterion_nb.runtime.records import Artifact, Event, RunBundle, encode_json
 from iterion_nb.store.duckdb_rows import (
@@ -77,22 +81,26 @@ class PgCopies(PgRuns):
 
         return await self._call(work)
 
-    async def import_run(self, bundle: RunBundle) -> str:
+    async def import_run(self, bundle: RunBundle, *, force: bool = False) -> str:
         run_id = bundle.run.id
 
         async def body(conn: Conn) -> str:
             cur = await conn.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", [run_id])
             exists = await cur.fetchone() is not None
+            current = None
             if exists:
                 check_import(await self._stored_run(conn, run_id), await self._now(conn))
-                if await self._bundle(conn, run_id) == bundle:
-                    return "unchanged"
+                current = await self._bundle(conn, run_id)
+            outcome = import_outcome(current, bundle, force=force)
+            if outcome not in ("created", "updated"):
+                return outcome  # the same, or history only this copy has: left as it is
+            if exists:
                 for table in _RUN_TABLES:
                     await conn.execute(f"DELETE FROM {table} WHERE run_id = %s", [run_id])
                 await conn.execute("DELETE FROM runs WHERE id = %s", [run_id])
             await self._insert_bundle(conn, bundle)
             await self._notify(conn, run_id)
-            return "updated" if exists else "created"
+            return outcome
 
         outcome = await self._call(lambda: self._transact(body, checkpoints=True))
         self._known_runs.add(run_id)

@@ -540,8 +540,8 @@ class RemoteStore:
     async def export_run(self, run_id: str) -> Any:
         return await self._call("export_run", run_id)
 
-    async def import_run(self, bundle: Any) -> Any:
-        result = await self._call("import_run", bundle)
+    async def import_run(self, bundle: Any, *, force: bool = False) -> Any:
+        result = await self._call("import_run", bundle, force=force)
         self.doorbell.ring(bundle.run.id)
         return result
 

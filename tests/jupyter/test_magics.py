@@ -269,8 +269,8 @@ def test_a_second_answer_says_who_answered_and_what_as_the_cli_does(
     assert not result.success
     iid = shell.user_ns["q"].id
     assert capsys.readouterr().err == (
-        f"UsageError: %iterion answer: question '{iid}' is already answered by ada: 'formal' ('Formal')"
-        " — nothing sent\n"
+        f"UsageError: %iterion answer: question '{iid}' is already answered by ada:"
+        " 'formal' ('Formal') — nothing sent\n"
     )
     assert ok(shell, "%iterion wait {r.id}") == "finished"
     assert handle.outputs["gate"]["answers"][0]["answer"] == "formal"
