@@ -352,6 +352,28 @@ async def test_a_run_copies_whole_and_a_second_copy_changes_nothing(store: Store
         await live.import_run(newer)
 
 
+async def test_a_copy_never_replaces_what_only_the_destination_recorded(store: Store) -> None:
+    """``import_run`` keeps a copy that went on here (``newer``) or both ways (``diverged``)."""
+    from iterion_nb.store import MemoryStore
+
+    await store.create_run(make_run())
+    await store.add_interaction(make_question("q1"))
+    before = await store.export_run("r1")
+    other = MemoryStore()
+    assert await other.import_run(before) == "created"
+    await store.answer("q1", "formal", answered_by="ana")  # answered here only
+    assert await store.import_run(before) == "newer"  # the older copy replaces nothing
+    await other.answer("q1", "casual", answered_by="bob")  # and otherwise there
+    assert await store.import_run(await other.export_run("r1")) == "diverged"
+    (kept,) = await store.interactions("r1")
+    assert (kept.answers, kept.answered_by) == ("formal", "ana")
+    # forced, it is replaced as asked; then the copies agree
+    assert await store.import_run(await other.export_run("r1"), force=True) == "updated"
+    (taken,) = await store.interactions("r1")
+    assert (taken.answers, taken.answered_by) == ("casual", "bob")
+    assert await store.import_run(await other.export_run("r1")) == "unchanged"
+
+
 async def test_a_stop_repeated_after_its_reply_was_lost_is_recorded_once(store: Store) -> None:
     me = owner()
     await store.create_run(make_run(status="running"), owner=me)
