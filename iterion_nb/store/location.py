@@ -4,6 +4,18 @@ A store is named by a path (a DuckDB file, or a directory holding one) or
 by a URL (``scheme://…``). ``postgresql://`` and ``postgres://`` select the
 PostgreSQL store; any other scheme is refused with a clear error — a URL is
 never taken for a path, so no stray local directory appears.
+
+A misspelt PostgreSQL URL is a URL too, refused as malformed (naming the
+form expected, ``postgresql://USER:PASSWORD@HOST:PORT/DB``, its password
+masked), never a path: a name that starts with ``postgresql`` or
+``postgres`` (any case) followed by ``:`` (``postgresql:/h/db``,
+``postgresql:user:pw@h/db``) or by ``//`` (``postgresql//user:pw@h/db``),
+or by ``/`` and then, anywhere after, an ``@`` (``postgres/user:pw@h/db``).
+A path whose first part is only named so (``postgresql/runs``,
+``./postgresql//a@b``, ``postgres-data/store``) stays a path. A URL whose
+user part holds an ``@`` not percent-encoded is refused as malformed too:
+libpq would cut it at its first ``@`` and take the rest of the password
+for the host.
 """
 
 from __future__ import annotations
@@ -34,6 +46,12 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 # A scheme of two or more characters then ":/": "C:/x" stays a Windows path,
 # while "postgresql:/x" (a URL whose "//" a path normalisation swallowed) is a URL.
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):/")
+#: A PostgreSQL URL however misspelt: its scheme name then ":", "//", or "/" and later an "@".
+_POSTGRES_LIKE = re.compile(r"^(?i:postgres(?:ql)?)(?::|//|/.*@)", re.DOTALL)
+#: A PostgreSQL URL spelt right, up to its host.
+_POSTGRES_URL = re.compile(r"^(?i:postgres(?:ql)?)://")
+#: The form of a PostgreSQL store's URL, as messages name it.
+EXPECTED_URL = "postgresql://USER:PASSWORD@HOST:PORT/DB"
 _SECRET_PARAMS = ("password", "sslpassword")
 #: The URL parameter that is ours (the PostgreSQL schema), not libpq's.
 SCHEMA_PARAM = "schema"
@@ -41,8 +59,13 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 def is_store_url(spec: str | os.PathLike[str]) -> bool:
-    """Whether ``spec`` names a store by URL (``scheme://…``) rather than by path."""
-    return isinstance(spec, str) and _URL.match(spec) is not None
+    """Whether ``spec`` names a store by URL (``scheme://…``, or a misspelt ``postgresql://``).
+
+    A ``str`` only: a ``Path`` is a path, whatever it is named.
+    """
+    if not isinstance(spec, str):
+        return False
+    return _URL.match(spec) is not None or _POSTGRES_LIKE.match(spec) is not None
 
 
 def store_url(path: str | os.PathLike[str] | None = None) -> str | None:
@@ -55,8 +78,8 @@ def store_url(path: str | os.PathLike[str] | None = None) -> str | None:
 
 def mask_url(url: str) -> str:
     """``url`` with its password (in the user part or a query parameter) shown as ``***``."""
-    if _url_problem(url) is not None:  # malformed: mask up to its last "@", whatever it holds
-        return _USERINFO_ANYWHERE.sub(r"\g<head>***@", url)
+    if _url_problem(url) is not None:
+        return _mask_malformed(url)
     parts = urlsplit(url)
     netloc = parts.netloc
     if "@" in netloc:
@@ -91,10 +114,23 @@ def without_password(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-#: A URL's user part in a malformed URL: up to its last ``@``, wherever that is.
-_USERINFO_ANYWHERE = re.compile(r"(?P<head>^[A-Za-z][A-Za-z0-9+.\-]*://).*@", re.DOTALL)
-#: A URL's password in running text: ``scheme://user:PASSWORD@``.
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:)[^\s/]*@")
+#: A URL's user part in a malformed URL: up to its last ``@``, wherever that is, after
+#: ``scheme:``, ``scheme:/``, ``scheme://`` or (a misspelt one) ``scheme/`` or ``scheme//``.
+_USERINFO_ANYWHERE = re.compile(
+    r"(?P<head>^[A-Za-z][A-Za-z0-9+.\-]*(?::/{0,2}|/{1,2})).*@", re.DOTALL
+)
+#: In a malformed URL with no ``@``: what stands where its port should (``user:PASSWORD``
+#: with the host left out), unless it is a port (or ports: ``h1:5432,h2:5433``).
+_PORT_PLACE = re.compile(
+    r"(?P<head>^[A-Za-z][A-Za-z0-9+.\-]*(?::/{0,2}|/{1,2})[^/?#:@\[\]]*:)[^/?#@]*"
+)
+_PORTS = re.compile(r"\d*(?:,[^,:/?#@]*(?::\d*)?)*")
+#: A URL's password in running text: ``scheme://user:PASSWORD@`` (or ``scheme:``,
+#: ``scheme:/``; and a misspelt PostgreSQL URL's: ``postgresql//user:PASSWORD@``).
+_URL_PASSWORD = re.compile(
+    r"(?P<head>\b(?:[A-Za-z][A-Za-z0-9+.\-]*:/{0,2}|(?i:postgres(?:ql)?)/{1,2})"
+    r"[^\s:/?#@]*:)[^\s/]*@"
+)
 #: A password given as a parameter, in a URL's query or a libpq connection string:
 #: ``password=…`` up to ``&``, a space or a quote, or quoted ``password='…'``.
 _PARAM_PASSWORD = re.compile(
@@ -104,6 +140,16 @@ _PARAM_PASSWORD = re.compile(
 _MASK = "***"
 #: What may follow a password in running text, up to the next space: punctuation.
 _TRAILING = re.compile(r"[:;,.!?)\]}>]*")
+
+
+def _mask_malformed(url: str) -> str:
+    """A malformed URL masked: up to its last ``@``, else where its port would be; ``password=``."""
+    masked = _USERINFO_ANYWHERE.sub(r"\g<head>***@", url)
+    if masked == url:  # no user part: a password may stand where the port would
+        found = _PORT_PLACE.match(url)
+        if found is not None and not _PORTS.fullmatch(url[found.end("head") : found.end()]):
+            masked = found["head"] + _MASK + url[found.end() :]
+    return _PARAM_PASSWORD.sub(lambda m: m["head"] + _MASK, masked)
 
 
 def one_line(text: str) -> str:
@@ -194,9 +240,9 @@ def _check_url(url: str) -> None:
     problem = _url_problem(url)
     if problem is not None:
         raise StoreError(
-            f"the store URL {mask_url(url)} is malformed: {problem}"
-            " (expected postgresql://[user[:password]@]host[:port]/database; a password"
-            " with @, :, /, ? or # in it must be percent-encoded)"
+            f"the store URL {mask_url(url)} is malformed: {problem} (expected {EXPECTED_URL},"
+            " USER, PASSWORD and PORT optional; a user or password with @, :, /, ? or #"
+            " in it must be percent-encoded: @ as %40)"
         )
     check_url_parameters(url, parse_qsl(urlsplit(url).query, keep_blank_values=True))
 
@@ -262,20 +308,38 @@ def _schema_problem(name: str) -> str | None:
 
 def _url_problem(url: str) -> str | None:
     """What is wrong with ``url``, in words that never quote its user part."""
+    misspelt = _misspelt(url)
+    if misspelt is not None:
+        return misspelt
     try:
         parts = urlsplit(url)
     except ValueError as err:  # brackets that hold no address, characters not allowed
         said = str(err)
         return "its host part holds characters not allowed" if "netloc" in said else said
-    if "@" in parts.path:  # the user part holds a "/" (a password cut in two)
-        return "an '@' after the host"
-    hosts = parts.netloc.rpartition("@")[2]
+    keys = [key for key, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    if "@" in parts.path + parts.fragment or any("@" in key for key in keys):
+        return "an '@' after the host"  # the user part holds a "/", "?" or "#"
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    if "@" in userinfo:  # libpq cuts at the first: the rest of the password is the host
+        return "an '@' in the user or password that is not percent-encoded"
     for host in hosts.split(","):  # libpq takes several: host1:5432,host2:5433
         try:
             urlsplit(f"//{host}").port  # noqa: B018 - parsing the port is the check
         except ValueError:  # (its message quotes the port: maybe a piece of a password)
             return "its port is not a number from 0 to 65535"
     return None
+
+
+def _misspelt(url: str) -> str | None:
+    """What is wrong with a PostgreSQL URL not starting ``postgresql://`` (see the module)."""
+    if _POSTGRES_URL.match(url) or not _POSTGRES_LIKE.match(url):
+        return None
+    name = re.split(r"[:/]", url, maxsplit=1)[0]
+    if url[len(name)] == ":":
+        return f"'{name}:' is not followed by '//'"
+    if url[len(name) :].startswith("//"):
+        return f"the ':' after '{name}' is missing"
+    return f"'{name}/' then an '@': taken for a misspelt URL (a local path: ./{name}/…)"
 
 
 def resolve_store_path(path: str | os.PathLike[str] | None = None) -> Path:
@@ -412,14 +476,15 @@ def open_url_store(url: str, **options: Any) -> Store:
             URL is malformed, or the PostgreSQL client (psycopg) is missing.
     """
     shown = mask_url(url)
-    scheme = url.split(":", 1)[0].lower()
-    if scheme not in POSTGRES_SCHEMES:
+    if not _POSTGRES_LIKE.match(url):
+        scheme = url.split(":", 1)[0].lower()
         raise StoreError(
             f"cannot open the store {shown}: no store for URL scheme '{scheme}'"
             " (postgresql://… names a PostgreSQL store; a path names a DuckDB file)"
         )
-    if not url.split(":", 1)[1].startswith("//"):
-        raise StoreError(f"cannot open the store {shown}: expected {scheme}://[user@]host/database")
+    misspelt = _misspelt(url)
+    if misspelt is not None:
+        raise StoreError(f"cannot open the store {shown}: {misspelt}; expected {EXPECTED_URL}")
     _check_url(url)
     try:
         import psycopg  # noqa: F401

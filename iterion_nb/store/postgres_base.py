@@ -82,6 +82,14 @@ CONNECTION_WAIT = 30.0
 #: psycopg_pool's logger, and its line for each failed attempt to (re)connect.
 POOL_LOGGER = "psycopg.pool"
 _CONNECT_ERROR = "error connecting in %r: %s"
+#: Our pools' names (see ``PostgresStore``): this prefix, then the schema.
+POOL_PREFIX = "iterion-nb:"
+#: What a user sees of a failed attempt: one line, naming the store by its schema.
+_CONNECT_FAILED = "the run store%s cannot connect to its PostgreSQL server: %s (%s)"
+_CONNECTED_AGAIN = (
+    "the run store%s connected again to its PostgreSQL server after %.1f s"
+    " (%d failed attempts not shown)"
+)
 #: Seconds between two lines of one outage (after its first).
 OUTAGE_LOG_INTERVAL = 60.0
 
@@ -92,15 +100,36 @@ def _seen(done: asyncio.Future[Any]) -> None:
         done.exception()
 
 
+def _store_named(pool: str) -> str:
+    """How a line names the store whose pool is ``pool``: by its schema (`` (schema 'x')``)."""
+    if pool.startswith(POOL_PREFIX):
+        return f" (schema '{pool[len(POOL_PREFIX) :]}')"
+    return ""
+
+
+def _as_one_line(record: logging.LogRecord) -> None:
+    """``record``'s message on one line (libpq puts a hint on a line of its own), masked."""
+    try:
+        said = record.getMessage()
+    except Exception:  # arguments that do not fit: the handler reports it as usual
+        return
+    shown = one_line(mask_secrets(said))
+    if shown != said:
+        record.msg, record.args = shown, ()  # (no arguments: not formatted again)
+
+
 class OutageLogFilter(logging.Filter):
-    """On psycopg_pool's logger: one "error connecting" line per pool and outage, not one a try.
+    """On psycopg_pool's logger: one "cannot connect" line per pool and outage, not one a try.
 
     The pool tries to reconnect again and again while the server is away,
     and logs each failure: hundreds of lines over an outage the store waits
     through. This passes the first, then at most one every
     :data:`OUTAGE_LOG_INTERVAL` seconds (saying how many it held back); the
     store calls :meth:`back` when the pool connects again, which logs one
-    line and ends the outage. Every other message of the logger passes.
+    line and ends the outage. Each line is one line (libpq's hint joined on
+    with `` — ``), names the store by its schema (not the pool's internal
+    name), and masks any password. Every other message of the logger passes,
+    also on one line, masked.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -111,15 +140,17 @@ class OutageLogFilter(logging.Filter):
         self._outages: dict[str, tuple[float, float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Whether ``record`` is shown (a shown "error connecting" line says what it held back)."""
-        if record.msg != _CONNECT_ERROR or not isinstance(record.args, tuple) or not record.args:
+        """Whether ``record`` is shown (a shown failure to connect says what it held back)."""
+        args = record.args
+        if record.msg != _CONNECT_ERROR or not isinstance(args, tuple) or len(args) != 2:
+            _as_one_line(record)
             return True
-        name, now = str(record.args[0]), self._clock()
+        name, now = str(args[0]), self._clock()
         with self._lock:
             outage = self._outages.get(name)
             if outage is None:  # the first failure of an outage: shown
                 self._outages[name] = (now, now, 0)
-                note = "the pool keeps trying; its next failures are logged once a minute at most"
+                note = "it keeps trying; its next failures are logged once a minute at most"
             else:
                 began, shown, held = outage
                 if now - shown < OUTAGE_LOG_INTERVAL:
@@ -127,7 +158,8 @@ class OutageLogFilter(logging.Filter):
                     return False
                 self._outages[name] = (began, now, 0)
                 note = f"still failing after {now - began:.0f} s; {held} failed attempts not shown"
-        record.msg = f"{_CONNECT_ERROR} ({note})"
+        record.msg = _CONNECT_FAILED
+        record.args = (_store_named(name), one_line(mask_secrets(str(args[1]))), note)
         return True
 
     def back(self, name: str) -> None:
@@ -137,9 +169,8 @@ class OutageLogFilter(logging.Filter):
         if outage is not None:
             began, _, held = outage
             logging.getLogger(POOL_LOGGER).warning(
-                "connected again in %r after %.1f s (%d failed attempts not shown)",
-                name, self._clock() - began, held,
-            )  # fmt: skip
+                _CONNECTED_AGAIN, _store_named(name), self._clock() - began, held
+            )
 
 
 _FILTER_LOCK = threading.Lock()

@@ -66,6 +66,7 @@ from iterion_nb.store.location import (
 from iterion_nb.store.postgres_base import (
     NOT_LANDED,
     OUTAGE_TIMEOUT,
+    POOL_PREFIX,
     Conn,
     check_lent,
     check_text,
@@ -172,7 +173,7 @@ class PostgresStore(PgQuestions):
     ) -> None:
         super().__init__(url, schema, doorbell, clock, new_id, flush_rows, flush_interval)
         self._conninfo = conninfo
-        self._pool_name = f"iterion-nb:{schema}"
+        self._pool_name = f"{POOL_PREFIX}{schema}"
         self._listener = Listener(self._channel, doorbell, self._listen_again)
 
     # -- opening -----------------------------------------------------------

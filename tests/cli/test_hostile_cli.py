@@ -752,3 +752,36 @@ def test_a_file_given_as_the_store_is_named_as_such(verb: list[str], tmp_path: P
             " directory holding iterion.duckdb, or a .duckdb file)", code=1)  # fmt: skip
     assert (tmp_path / "w.iter").read_text() == VARS
     nothing_but(tmp_path, "w.iter")
+
+
+# -- misspelt store URLs: refused as URLs, never made a local store --------------------
+MISSPELT_URLS = {
+    "postgresql:/iterion:SECRET@127.0.0.1:{port}/agents": "'postgresql:' is not followed by '//'",
+    "postgresql//iterion:SECRET@127.0.0.1:{port}/agents": "the ':' after 'postgresql' is missing",
+    "postgresql:iterion:SECRET@127.0.0.1:{port}/agents": "'postgresql:' is not followed by '//'",
+    "postgresql://iterion:SE@CRET@127.0.0.1:{port}/agents": (
+        "an '@' in the user or password that is not percent-encoded"
+    ),
+}
+
+
+@pytest.mark.parametrize("spelt", list(MISSPELT_URLS))
+def test_a_misspelt_store_url_is_refused_with_its_password_masked(
+    spelt: str, postgres_url: str, tmp_path: Path
+) -> None:
+    """Once: a local store in ./postgresql/iterion:SECRET@…, or SECRET in the message.
+
+    The port is the session's real server's: a URL that got through would connect.
+    """
+    url = spelt.format(port=postgres_url.rsplit(":", 1)[1].split("/")[0])
+    for args, env in (
+        (["runs", "list", "--store", url], None),
+        (["run", str(MINIMAL), "--scenario", str(SCENARIO), "--store", url], None),
+        (["runs", "list"], {"ITERION_NB_STORE": url}),
+        (["store", "copy", url, "x.duckdb"], None),
+    ):
+        proc = cli(*args, cwd=tmp_path, env=env)
+        refused(proc, "is malformed", MISSPELT_URLS[spelt],
+                "(expected postgresql://USER:PASSWORD@HOST:PORT/DB,", "@ as %40")  # fmt: skip
+        assert "CRET" not in proc.stderr + proc.stdout, proc.stderr
+    nothing_but(tmp_path)

@@ -603,14 +603,19 @@ async def test_a_call_waits_for_the_server_but_not_past_its_outage_timeout() -> 
 async def test_an_outage_is_logged_once_not_at_every_attempt_to_reconnect(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """psycopg_pool logs each failed reconnection: the first is shown, then that it is back."""
+    """psycopg_pool logs each failed reconnection: the first is shown, then that it is back.
+
+    Each on one line (libpq's hint joined on), naming the store by its schema,
+    not the pool's internal name, and never its password.
+    """
     from tests.pgserver import PgServer
 
     caplog.set_level(logging.WARNING)
     server = PgServer.start()
+    secret = server.url.replace("postgres@", "postgres:s3cret@")  # trust auth: accepted
     try:
-        store = open_postgres_store(f"{server.url}?connect_timeout=2")
-        other = open_postgres_store(f"{server.url}?connect_timeout=2&schema=other")  # one filter
+        store = open_postgres_store(f"{secret}?connect_timeout=2")
+        other = open_postgres_store(f"{secret}?connect_timeout=2&schema=other")  # one filter
         await store.create_run(a_run())
         await asyncio.gather(*(store.get_run("r1") for _ in range(16)))  # several connections
         await asyncio.to_thread(server.stop, False)
@@ -626,12 +631,19 @@ async def test_an_outage_is_logged_once_not_at_every_attempt_to_reconnect(
     pool = logging.getLogger("psycopg.pool")
     assert len([f for f in pool.filters if type(f).__name__ == "OutageLogFilter"]) == 1
     said = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
-    failed = [m for m in said if m.startswith("error connecting in 'iterion-nb:iterion_nb'")]
+    ours_failed = "the run store (schema 'iterion_nb') cannot connect to its PostgreSQL server: "
+    failed = [m for m in said if m.startswith(ours_failed)]
     assert len(failed) == 1, said  # not one per attempt
-    assert "the pool keeps trying" in failed[0]
-    back = [m for m in said if m.startswith("connected again in 'iterion-nb:iterion_nb' after ")]
+    assert "(it keeps trying; its next failures are logged once a minute at most)" in failed[0]
+    back = [
+        m for m in said
+        if m.startswith("the run store (schema 'iterion_nb') connected again to its PostgreSQL"
+                        " server after ")
+    ]  # fmt: skip
     assert len(back) == 1, said
     assert said.index(failed[0]) < said.index(back[0])
+    for line in said:  # what a terminal shows: one line, no pool name, no password
+        assert "\n" not in line and "iterion-nb:" not in line and "s3cret" not in line, line
     ours = [r.getMessage() for r in caplog.records if r.name.startswith("iterion_nb")]
     assert [m for m in ours if "is away, waiting" in m] == [m for m in ours], ours  # only that
 
@@ -699,7 +711,7 @@ def test_the_outage_filter_passes_the_first_failure_then_one_a_minute() -> None:
     def failure(pool: str = "iterion-nb:a") -> str | None:
         return shown("error connecting in %r: %s", pool, "connection refused")
 
-    assert "refused (the pool keeps trying;" in str(failure())
+    assert "refused (it keeps trying;" in str(failure())
     assert [failure() for _ in range(30)] == [None] * 30
     assert failure("iterion-nb:b") is not None  # another pool: its own outage
     assert shown("discarding broken connection: %s", "c") == "discarding broken connection: c"
@@ -709,6 +721,46 @@ def test_the_outage_filter_passes_the_first_failure_then_one_a_minute() -> None:
     quiet.back("iterion-nb:a")  # logged on psycopg.pool (not through this filter here)
     assert failure() is not None  # a new outage: its first failure is shown
     quiet.back("iterion-nb:nothing")  # connected, no outage: nothing to say
+
+
+def test_the_outage_line_is_one_line_naming_the_store_not_its_pool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What a terminal shows of libpq's two-line error: one line, the schema, no password."""
+    from iterion_nb.store.postgres_base import OutageLogFilter
+    from tests.pgserver import free_port
+
+    now = [0.0]
+    quiet = OutageLogFilter(clock=lambda: now[0])
+    with pytest.raises(psycopg.OperationalError) as refused:  # a real one: nobody listens
+        psycopg.connect(f"postgresql://ana:s3cret@127.0.0.1:{free_port()}/db", connect_timeout=2)
+    assert "\n" in str(refused.value)  # libpq's hint, on a line of its own
+
+    def shown(msg: str, *args: object) -> str | None:
+        record = logging.LogRecord("psycopg.pool", logging.WARNING, "x", 1, msg, args, None)
+        return record.getMessage() if quiet.filter(record) else None
+
+    line = str(shown("error connecting in %r: %s", "iterion-nb:team_a", refused.value))
+    assert line.startswith(
+        "the run store (schema 'team_a') cannot connect to its PostgreSQL server:"
+        ' connection failed: connection to server at "127.0.0.1", port '
+    ), line
+    assert "Connection refused — Is the server running on that host" in line
+    assert "\n" not in line and "\t" not in line and "iterion-nb:" not in line
+    said = "connection failed\n\tfor postgresql://ana:s3cret@h/db?password=s3cret"
+    now[0] += 61
+    masked = str(shown("error connecting in %r: %s", "iterion-nb:team_a", said))
+    assert "s3cret" not in masked and "\n" not in masked
+    assert "connection failed — for postgresql://ana:***@h/db?password=***" in masked
+    other = shown("task run %s failed: %s: %s", "t", "E", "a\n\tpassword=s3cret 100%")
+    assert other == "task run t failed: E: a — password=*** 100%"
+    caplog.set_level(logging.WARNING, "psycopg.pool")
+    quiet.back("iterion-nb:team_a")
+    (back,) = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    assert back == (
+        "the run store (schema 'team_a') connected again to its PostgreSQL server after 61.0 s"
+        " (0 failed attempts not shown)"
+    )
 
 
 # -- URLs -------------------------------------------------------------------------------
