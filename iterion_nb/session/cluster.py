@@ -138,7 +138,14 @@ def reach_scheduler(address: str) -> None:
         host_port = parse_host_port(where, 8786) if scheme in ("tcp", "tls") else None
     except ValueError as err:
         raise IterionError(f"'{address}' is not a Dask scheduler address: {err}") from None
+    if scheme in ("http", "https"):
+        raise IterionError(_web_address(address))
     if host_port is not None:
+        if not 1 <= host_port[1] <= 65535:
+            raise IterionError(
+                f"'{address}' is not a Dask scheduler address: port {host_port[1]} is out of"
+                " range (1-65535)"
+            )
         _listens(address, *host_port)
 
     async def greet() -> None:
@@ -168,6 +175,21 @@ def reach_scheduler(address: str) -> None:
 
 DASHBOARD_PORT = 8787
 _PORTS = f"a scheduler listens on port 8786 by default; {DASHBOARD_PORT} is its dashboard"
+
+
+def _web_address(address: str) -> str:
+    """Why a web address (a dashboard's, pasted from the browser) is no scheduler's."""
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(address).hostname or "HOST"
+    except ValueError:
+        host = "HOST"
+    host = f"[{host}]" if ":" in host else host
+    return (
+        f"'{address}' is not a Dask scheduler address: it is a web address (a scheduler's"
+        f" dashboard, say); the scheduler itself listens on tcp://{host}:8786 by default"
+    )
 
 
 def _listens(address: str, host: str, port: int) -> None:
@@ -309,15 +331,33 @@ def check_tools_reach_workers(wf: Any) -> None:
         )
 
 
-def execute_run(store_spec: str, run_id: str, take_from: str | None) -> str:
-    """The Dask task: take the run and execute it until it finishes, fails or pauses."""
-    return asyncio.run(_execute(store_spec, run_id, take_from))
+class _NoStoreHere(Exception):  # noqa: N818 - a condition of this worker, handled by passing on
+    """This worker cannot open the run's store (no driver, no route, no holder ...)."""
+
+
+def execute_run(
+    store_spec: str, run_id: str, take_from: str | None, tried: tuple[str, ...] = ()
+) -> str:
+    """The Dask task: take the run and execute it until it finishes, fails or pauses.
+
+    A worker that cannot open the store (say, its Python lacks psycopg) does
+    not fail the task, which nothing would see (a task is fire-and-forget):
+    it hands the run at once to a worker it has not been to (``tried``), and
+    says so in its log in one line.
+    """
+    try:
+        return asyncio.run(_execute(store_spec, run_id, take_from))
+    except _NoStoreHere as err:
+        return _pass_on(store_spec, run_id, take_from, tried, str(err))
 
 
 async def _execute(store_spec: str, run_id: str, take_from: str | None) -> str:
     from iterion_nb.session.core import Session
 
-    store = worker_store(store_spec)
+    try:
+        store = worker_store(store_spec)
+    except StoreError as err:
+        raise _NoStoreHere(str(err)) from None
     record = await store.get_run(run_id)
     # tools run where the launching process asked, when this machine has that directory
     wanted = record.launch.get("workdir")
@@ -332,6 +372,85 @@ async def _execute(store_spec: str, run_id: str, take_from: str | None) -> str:
         return f"not resumable: {err}"
     finally:
         await session.close()
+
+
+#: The stores this worker process could not open (and said so): said once each.
+_unusable: set[str] = set()
+_unusable_lock = threading.Lock()
+
+
+def _first_time_unusable(where: str) -> bool:
+    """Whether this worker finds ``where`` unusable for the first time (its threads race)."""
+    with _unusable_lock:
+        first = where not in _unusable
+        _unusable.add(where)
+        return first
+
+
+def _pass_on(
+    store_spec: str, run_id: str, take_from: str | None, tried: tuple[str, ...], why: str
+) -> str:
+    """Submit the run to the workers not in ``tried`` (nor this one); what became of it.
+
+    When every worker has been tried, the run stays where it was: a queued run's
+    hold lapses within :data:`QUEUE_TTL` (it reads ``interrupted``, as with no
+    worker up), and the first watcher that can open the store takes it up.
+    """
+    import distributed
+
+    from iterion_nb.store.location import mask_url
+
+    worker = distributed.get_worker()
+    tried = (*tried, worker.address)
+    others = _submit_elsewhere(worker, store_spec, run_id, take_from, tried)
+    where = mask_url(store_spec)
+    if others is None:  # the scheduler is away: the watchers submit the run again later
+        return f"not passed on (no scheduler): {why}"
+    if others:
+        (log.warning if _first_time_unusable(where) else log.info)(
+            "iterion_nb: this worker cannot open the run store %s, so it passes that store's"
+            " runs to other workers: %s", where, why,
+        )  # fmt: skip
+        return "passed on: this worker cannot open the store"
+    log.warning(
+        "iterion_nb: no worker of this cluster could open the run store %s for run %s (here:"
+        " %s); the run waits for a worker that can (queued, it reads interrupted within %.0f s)",
+        where, run_id, why, QUEUE_TTL,
+    )  # fmt: skip
+    return f"no worker can open the store: {why}"
+
+
+def _submit_elsewhere(
+    worker: Any, store_spec: str, run_id: str, take_from: str | None, tried: tuple[str, ...]
+) -> list[str] | None:
+    """Submit the run to the workers not ``tried``, through a client of its own; those workers.
+
+    None if the scheduler cannot be reached.
+
+    A client of its own, closed at once: the worker's own client makes
+    tracebacks when its scheduler goes away (see :class:`RunWatcher`).
+    """
+    import distributed
+
+    key = str(worker.get_current_task() or f"iterion-run-{run_id}").partition("-elsewhere-")[0]
+    try:
+        with distributed.Client(  # type: ignore[no-untyped-call]
+            worker.scheduler.address, security=worker.security, set_as_default=False,
+            timeout=f"{CONNECT_TIMEOUT:.0f}s",
+        ) as client:  # fmt: skip
+            others = sorted(set(client.scheduler_info(n_workers=-1)["workers"]) - set(tried))
+            if others:
+                future = client.submit(
+                    execute_run, store_spec, run_id, take_from, tried,
+                    key=f"{key}-elsewhere-{len(tried)}", workers=others,
+                    allow_other_workers=False, pure=False,
+                )  # fmt: skip
+                distributed.fire_and_forget(future)  # type: ignore[no-untyped-call]
+                future.release()
+    except (OSError, TimeoutError) as err:  # the scheduler is away: the watchers resubmit later
+        log.info("iterion_nb: cannot pass run %s on: %s", run_id, err)
+        return None
+    return others
 
 
 def submit_resumes(client: Any, store_spec: str, runs: list[Run]) -> None:

@@ -40,6 +40,27 @@ TAKEOVER_GRACE = DEFAULT_TTL
 #: Seconds a watcher gives its store to answer at start before it warns.
 STORE_CHECK_SECONDS = 10.0
 
+#: The warnings this worker process gave, by what they are about: a watcher that
+#: replaces another of the same store (a client registering the watcher a worker
+#: preloaded; the scheduler handing a new worker the watchers clients registered)
+#: does not say them again. A store that works again is taken out: its next
+#: trouble is news.
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(about: str, message: str, *args: Any) -> None:
+    """Log a watcher's warning once per worker process and ``about``; at INFO after that."""
+    with _warned_lock:
+        first = about not in _warned
+        _warned.add(about)
+    (log.warning if first else log.info)(message, *args)
+
+
+def _works_again(about: str) -> None:
+    with _warned_lock:
+        _warned.discard(about)
+
 
 def settling(store: Store) -> bool:
     """Whether the store came back from an outage less than :data:`TAKEOVER_GRACE` ago."""
@@ -76,11 +97,12 @@ class RunWatcher(distributed.WorkerPlugin):
         self._scheduler = ""
         self._security: Any = None  # the worker's: a client reaches its scheduler as it does
         self._away = False  # whether the scheduler was away at the last submission
+        self._unheld = False  # whether this DuckDB store's holder was found gone
 
     def __getstate__(self) -> dict[str, Any]:
         return {"store_spec": self.store_spec, "scan_interval": self.scan_interval,
                 "_stop": None, "_thread": None, "_scheduler": "", "_security": None,
-                "_away": False}  # fmt: skip
+                "_away": False, "_unheld": False}  # fmt: skip
 
     def setup(self, worker: Any) -> None:
         """Start watching (a worker plugin hook)."""
@@ -97,6 +119,11 @@ class RunWatcher(distributed.WorkerPlugin):
         if self._stop is not None:
             self._stop.set()
 
+    @property
+    def _local(self) -> bool:
+        """Whether the store is a DuckDB file (used through the process that holds it)."""
+        return "://" not in self.store_spec
+
     async def _watch(self) -> None:
         store = None
         assert self._stop is not None
@@ -107,8 +134,10 @@ class RunWatcher(distributed.WorkerPlugin):
             except IterionError as err:
                 # a DuckDB file nobody holds is the usual state of a notebook's store once
                 # the notebook is closed (its watcher stays registered on the cluster)
-                local = "://" not in self.store_spec
-                (log.info if said or local else log.warning)("iterion_nb watcher: %s", err)
+                if not self._local:
+                    warn_once(self._about, "iterion_nb watcher: %s", err)
+                elif not said:
+                    log.info("iterion_nb watcher: %s", err)
                 said = True
                 if self._stop.wait(self.scan_interval):
                     return
@@ -131,13 +160,58 @@ class RunWatcher(distributed.WorkerPlugin):
         try:
             await asyncio.wait_for(store.list_runs(limit=1), STORE_CHECK_SECONDS)
         except Exception as err:  # the watcher goes on trying: the store may come up
-            why = str(err) or f"no reply within {STORE_CHECK_SECONDS:.0f} s"
-            log.warning(
-                "iterion_nb watcher: cannot use the store %s: %s; this worker takes up no run"
-                " until it can", mask_url(self.store_spec), why,
-            )  # fmt: skip
+            if await self._held():  # (else: its holder exited meanwhile, said at INFO)
+                why = str(err) or f"no reply within {STORE_CHECK_SECONDS:.0f} s"
+                warn_once(
+                    self._about, "iterion_nb watcher: cannot use the store %s: %s; this worker"
+                    " takes up none of that store's runs until it can",
+                    mask_url(self.store_spec), why,
+                )  # fmt: skip
         else:
+            _works_again(self._about)
             log.info("iterion_nb watcher: watching the runs of %s", mask_url(self.store_spec))
+
+    @property
+    def _about(self) -> str:
+        """What this watcher's warnings are about: its store (named without a password)."""
+        from iterion_nb.session.cluster import plugin_name
+
+        return plugin_name(self.store_spec)
+
+    async def _held(self) -> bool:
+        """Whether the store can be reached: for a DuckDB file, whether a process holds it.
+
+        A DuckDB store nobody holds is a normal state (the notebook or command
+        that held it exited): said once, at INFO, when its holder is found gone;
+        then the watcher makes no call on it (each would wait for a holder for
+        half a minute, and fail) until a process holds the file again. Cheap
+        (the holder file and its process) while a holder is there.
+        """
+        if not self._local:
+            return True
+        from pathlib import Path
+
+        from iterion_nb.store.holder_file import UntrustedHolderError, alive, find_holder
+        from iterion_nb.store.holder_file import read_holder_file as read
+
+        path = Path(self.store_spec)
+        if self._unheld:  # gone before: look for a new holder properly
+            held = await asyncio.to_thread(find_holder, path) is not None
+        else:
+            try:
+                info = await asyncio.to_thread(read, path)
+            except UntrustedHolderError:
+                info = None
+            held = info is not None and alive(info.pid)
+        if held and self._unheld:  # a change: said once
+            log.info("iterion_nb watcher: a process holds the run store %s again", path)
+        elif not held and not self._unheld:
+            log.info(
+                "iterion_nb watcher: nobody holds the run store %s any more; this watcher takes"
+                " up its runs again once a process holds it", path,
+            )  # fmt: skip
+        self._unheld = not held
+        return held
 
     async def _loop(self, store: Store, rung: set[str]) -> None:
         bell = store.doorbell  # type: ignore[attr-defined]
@@ -147,6 +221,9 @@ class RunWatcher(distributed.WorkerPlugin):
         assert self._stop is not None
         try:
             while not self._stop.is_set():
+                if not await self._held():  # nobody serves the DuckDB file: wait for a holder
+                    await asyncio.to_thread(self._stop.wait, self.scan_interval)
+                    continue
                 with bell.arm() as ticket:
                     keys = {key.partition("/")[0] for key in rung}  # a node's ring: its run
                     rung.clear()
@@ -161,7 +238,7 @@ class RunWatcher(distributed.WorkerPlugin):
                         ready = [await self._considered(store, run_id) for run_id in keys - {"*"}]
                         await self._submit([run for run in ready if run is not None])
                     except Exception as err:  # the store or scheduler is away: look again later
-                        log.warning("iterion_nb watcher: %s", err)
+                        await self._trouble(err)
                     await ticket.wait(timeout=min(1.0, self.scan_interval))
         finally:
             if scan is not None:
@@ -171,6 +248,11 @@ class RunWatcher(distributed.WorkerPlugin):
         try:
             await self._scan(store)
         except Exception as err:
+            await self._trouble(err)
+
+    async def _trouble(self, err: Exception) -> None:
+        """Say what failed, unless it is that a DuckDB store's holder exited (said once)."""
+        if await self._held():
             log.warning("iterion_nb watcher: %s", err)
 
     async def _scan(self, store: Store) -> None:
@@ -295,10 +377,11 @@ def dask_setup(worker: Any) -> None:
 
     spec = os.environ.get("ITERION_NB_STORE")
     if not spec:
-        log.warning(
+        warn_once(
+            "ITERION_NB_STORE",
             "iterion_nb watcher: ITERION_NB_STORE is not set, so this worker watches no store"
             " of its own: it watches only the stores of clients that register the watcher"
-            " (Session(cluster=...) does), and only while their scheduler runs"
+            " (Session(cluster=...) does), and only while their scheduler runs",
         )
         return
     # under the name clients register it by: a client's registration replaces this

@@ -93,23 +93,28 @@ class CliCluster:
         self.scheduler = self._scheduler()
 
     def add_worker(
-        self, store: str | None = None, log: Path | None = None
-    ) -> subprocess.Popen[bytes]:
+        self, store: str | None = None, log: Path | None = None,
+        env: dict[str, str] | None = None, preload: bool | None = None,
+    ) -> subprocess.Popen[bytes]:  # fmt: skip
         """One more ``dask worker`` process (a nanny and its worker).
 
-        It watches ``store`` (default: the cluster's), and writes its log to ``log``.
+        It watches ``store`` (default: the cluster's), and writes its log to ``log``;
+        ``env`` adds to its environment; ``preload`` (default: whether it has a store)
+        preloads the watcher.
         """
-        env = dict(os.environ)
-        preload: list[str] = []
+        env = {**os.environ, **(env or {})}
         watched = store if store is not None else self.store
         if watched is not None:
             env["ITERION_NB_STORE"] = watched
-            preload = ["--preload", "iterion_nb.session.watcher"]
+        else:
+            env.pop("ITERION_NB_STORE", None)
+        wanted = watched is not None if preload is None else preload
+        preloads = ["--preload", "iterion_nb.session.watcher"] if wanted else []
         output = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
         local = self.tmp_path / f"worker{len(self.workers)}-{time.monotonic_ns()}"
         proc = subprocess.Popen(
             [str(BIN / "dask"), "worker", self.address, "--nthreads", "2", "--no-dashboard",
-             "--local-directory", str(local), *preload],
+             "--local-directory", str(local), *preloads],
             stdout=subprocess.DEVNULL, stderr=output, env=env,
         )  # fmt: skip
         if log is not None:

@@ -502,7 +502,15 @@ def hang_up_port() -> Iterator[int]:
         ("tcp://127.0.0.1:{port}", "nothing at tcp://127.0.0.1:{port} answered as a Dask scheduler"
          " within 10 s (a scheduler listens on port 8786 by default; 8787 is its dashboard)"),
         ("http://127.0.0.1:{port}", "'http://127.0.0.1:{port}' is not a Dask scheduler address:"
-         " unknown address scheme 'http'"),
+         " it is a web address (a scheduler's dashboard, say); the scheduler itself listens on"
+         " tcp://127.0.0.1:8786 by default"),
+        ("https://127.0.0.1:{port}/status", "'https://127.0.0.1:{port}/status' is not a Dask"
+         " scheduler address: it is a web address (a scheduler's dashboard, say); the scheduler"
+         " itself listens on tcp://127.0.0.1:8786 by default"),
+        ("tcp://127.0.0.1:99999", "'tcp://127.0.0.1:99999' is not a Dask scheduler address:"
+         " port 99999 is out of range (1-65535)"),
+        ("127.0.0.1:0", "'127.0.0.1:0' is not a Dask scheduler address: port 0 is out of range"
+         " (1-65535)"),
         ("tcp://127.0.0.1:{closed}", "no Dask scheduler at tcp://127.0.0.1:{closed}: nothing"
          " listens there (start one with `dask scheduler --port {closed}`)"),
         ("tcp://127.0.0.1:{hangs_up}", "what listens at tcp://127.0.0.1:{hangs_up} is not a Dask"

@@ -13,10 +13,12 @@ import signal
 from collections import Counter
 from pathlib import Path
 
+import distributed
 import pytest
 
 import iterion_nb as it
 from iterion_nb.session import Session
+from iterion_nb.session.cluster import SCAN_INTERVAL
 
 from .procs import CliCluster
 from .test_faults import GATE, chdir, ran, schema_url, until  # noqa: F401 - chdir: a fixture
@@ -121,3 +123,96 @@ async def test_many_runs_resumed_at_once_leave_the_schedulers_log_clean(
     said = log.read_text()
     bad = [r for r in records(said) if " - CRITICAL - " in r or "Traceback" in r]
     assert not bad, "".join(bad[:3])
+
+
+#: Shows the watcher's INFO lines in a worker's log too (Dask configures the logger).
+INFO_LOG = {"DASK_LOGGING__ITERION_NB": "info"}
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def iterion_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "iterion_nb" in line]
+
+
+@pytest.mark.timeout(300)
+async def test_a_duckdb_store_whose_holder_exited_leaves_the_workers_quiet(
+    chdir: Path,  # noqa: F811 - the fixture
+) -> None:
+    """A CLI run on its own DuckDB store registers the store's watcher on the cluster; once
+    the command exits, nobody holds the file: said once (INFO), then quiet, until a new
+    holder comes (read from the holder file again), whose runs the workers take up."""
+    import subprocess
+    import sys
+
+    from iterion_nb.store.remote import RECOVER_SECONDS
+
+    cli = str(Path(sys.executable).parent / "iterion-nb")
+    cluster = await asyncio.to_thread(CliCluster, chdir, 0)
+    log = chdir / "worker.log"
+
+    def run_cli() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [cli, "run", str(EXAMPLES / "minimal.iter"), "--scenario",
+             str(EXAMPLES / "minimal.scenario.yaml"), "--cluster", cluster.address],
+            capture_output=True, text=True, timeout=120, cwd=chdir, check=False,
+        )  # fmt: skip
+
+    try:
+        await asyncio.to_thread(cluster.add_worker, None, log, INFO_LOG)
+        await asyncio.to_thread(cluster.wait_for_workers, 1)
+        done = await asyncio.to_thread(run_cli)
+        assert done.returncode == 0, done.stderr
+        await asyncio.sleep(RECOVER_SECONDS + 2 * SCAN_INTERVAL)  # long past a holder's wait
+        quiet = iterion_lines(log.read_text(errors="replace"))
+        again = await asyncio.to_thread(run_cli)  # a new holder: its run goes as the first
+        assert again.returncode == 0, again.stderr
+    finally:
+        await asyncio.to_thread(cluster.close)
+    assert not [line for line in quiet if " - INFO - " not in line], quiet
+    assert not [line for line in quiet if "did not answer" in line], quiet
+    assert not [line for line in quiet if "cannot use the store" in line], quiet
+    gone = [line for line in quiet if "holds the run store" in line or "no process holds" in line]
+    assert len(gone) <= 2, quiet  # said once, not every half minute
+    assert all(str(chdir / ".iterion") in line for line in gone), gone
+
+
+async def test_a_store_trouble_is_said_once_when_the_schedulers_watcher_replaces_the_preloaded(
+    chdir: Path,  # noqa: F811 - the fixture
+) -> None:
+    """A scheduler hands a new worker the watchers clients registered; one of the store the
+    worker preloaded replaces the preloaded one (one watcher per store): the new one does
+    not say again what the first said."""
+    from iterion_nb.session.cluster import plugin_name
+    from iterion_nb.session.watcher import RunWatcher
+
+    from .procs import free_port
+
+    bad = f"postgresql://iterion:s3cret@127.0.0.1:{free_port()}/agents"  # nothing listens
+    cluster = await asyncio.to_thread(CliCluster, chdir, 0)
+    log = chdir / "worker.log"
+    unset_log = chdir / "unset.log"
+
+    def register() -> None:  # as a session on that store did before
+        with distributed.Client(cluster.address, timeout="60s") as client:
+            client.register_plugin(RunWatcher(bad), name=plugin_name(bad))
+
+    try:
+        await asyncio.to_thread(register)
+        await asyncio.to_thread(cluster.add_worker, bad, log)
+        await asyncio.to_thread(cluster.add_worker, None, unset_log, None, True)
+        await asyncio.to_thread(cluster.wait_for_workers, 2)
+
+        async def told() -> bool:
+            return "Starting Worker plugin iterion-run-watcher" in log.read_text(
+                errors="replace"
+            ) and "cannot connect to the run store" in log.read_text(errors="replace")
+
+        await until(told, timeout=60)
+        await asyncio.sleep(2 * SCAN_INTERVAL)  # both watchers tried, twice
+    finally:
+        await asyncio.to_thread(cluster.close)
+    said = log.read_text(errors="replace")
+    assert said.count("cannot connect to the run store") == 1, said
+    assert "s3cret" not in said
+    unset = unset_log.read_text(errors="replace")
+    assert unset.count("ITERION_NB_STORE is not set") == 1, unset
