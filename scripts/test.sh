@@ -29,13 +29,15 @@ echo "== pytest";        pytest "$@"
 
 if [ "$#" -eq 0 ]; then
   echo "== pytest tests/jupyter notebooks, under ipykernel 7.3 (widget messages on a subshell thread)"
-  [ -x .venv-ipykernel73/bin/python ] || "$PYTHON" -m venv .venv-ipykernel73
-  .venv-ipykernel73/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
-  # then swap the pinned 7.4 for 7.3 (pip's note about the overridden pin goes to the log)
-  if ! .venv-ipykernel73/bin/python -m pip install --quiet --disable-pip-version-check \
-      "ipykernel==7.3.0" > .venv-ipykernel73/pip.log 2>&1; then
-    cat .venv-ipykernel73/pip.log >&2; exit 1
-  fi
-  .venv-ipykernel73/bin/python -c 'import ipykernel; assert ipykernel.__version__ == "7.3.0", ipykernel.__version__'
-  PATH="$PWD/.venv-ipykernel73/bin:$PATH" .venv-ipykernel73/bin/python -m pytest -q tests/jupyter notebooks
+  # in this same venv: swap the pinned ipykernel for 7.3 (a few seconds, where a second
+  # venv took minutes to install), and put the pinned one back however the pass ends
+  pinned="$(.venv/bin/python -c 'import ipykernel; print(ipykernel.__version__)')"
+  swap() {
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check "ipykernel==$1" \
+      > .venv/pip-ipykernel.log 2>&1 || { cat .venv/pip-ipykernel.log >&2; return 1; }
+  }
+  trap 'swap "$pinned" || echo "could not put ipykernel $pinned back: rerun scripts/test.sh" >&2' EXIT
+  swap 7.3.0  # (pip's note about the overridden pin goes to the log)
+  .venv/bin/python -c 'import ipykernel; assert ipykernel.__version__ == "7.3.0", ipykernel.__version__'
+  pytest -q tests/jupyter notebooks
 fi
