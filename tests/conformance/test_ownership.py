@@ -69,7 +69,7 @@ async def test_a_live_owner_keeps_others_out(store: Store, clock: Clock) -> None
     with pytest.raises(RunOwnedError) as info:
         await store.acquire_run("r1", second)
     assert (info.value.pid, info.value.host) == (first.pid, this_host())
-    assert f"process {first.pid}" in str(info.value)
+    assert f"another session of this process ({first.pid} on host" in str(info.value)
     clock.now += timedelta(seconds=11)  # first stopped renewing: anyone may take it
     taken = await store.acquire_run("r1", second)
     assert taken.status == "running"

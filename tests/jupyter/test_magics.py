@@ -250,7 +250,7 @@ def test_run_answer_wait_through_the_magics(
     assert not result.success
     assert capsys.readouterr().err == (
         f"UsageError: %iterion answer: question '{shell.user_ns['q'].id}' is already answered"
-        " by magic: 'Formal' — nothing sent\n"
+        " by magic: 'formal' ('Formal') — nothing sent\n"
     )
     # a finished run has nothing to cancel: said as the CLI says it, not returned as a status
     assert not run(shell, "%iterion cancel {r.id}").success

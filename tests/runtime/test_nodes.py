@@ -459,7 +459,9 @@ async def test_text_that_doubles_each_round_stops_at_the_size_limit(
     make_session: SessionFactory,
 ) -> None:
     """Once 3 GB of memory, a frozen event loop, a lost lease and a run left `interrupted`."""
-    run = await run_to_end(make_session(), DOUBLING, vars={"seed": "ab" * 2**19})
+    # 63 MiB of outputs to record: longer than run_to_end's 20 s on a loaded machine
+    run = await make_session().start(it.compile(DOUBLING), vars={"seed": "ab" * 2**19})
+    await run.wait(timeout=90)
     assert run.status == "failed_resumable"
     assert run.error == "node 'grow': output is larger than 67,108,864 characters as JSON"
     grown = [e.data["output"]["s"] for e in await run.events() if e.type == "node_finished"]

@@ -79,7 +79,8 @@ async def test_resume_is_refused_while_another_session_runs_the_run(
         run_id = await started(owner, TOOLS.format(seconds=30), "slow")
         with pytest.raises(RunOwnedError) as info:
             await other.resume(run_id)
-        assert f"process {info.value.pid}" in str(info.value)
+        # named as what it is: another session of this very process, not a stranger to stop
+        assert f"another session of this process ({info.value.pid} on host" in str(info.value)
         assert info.value.pid == owner.claimant.pid
         # the owner itself cannot start it twice either
         with pytest.raises(RunOwnedError):
