@@ -48,6 +48,16 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+async def _answer_on(
+    cluster: CliCluster, cwd: Path, store: str, run_id: str, question_id: str
+) -> subprocess.CompletedProcess[str]:
+    """`runs answer` with the cluster named: it queues the answered run there itself."""
+    return await asyncio.to_thread(
+        _cli, cwd, "runs", "answer", run_id, question_id, "yes",
+        "--store", store, "--cluster", cluster.address,
+    )  # fmt: skip
+
+
 async def _paused_run(store: str, workdir: Path) -> tuple[str, str]:
     """A run paused at its gate, executed in a session (no cluster) that is gone since."""
     session = Session(store, workdir=workdir)
@@ -70,10 +80,7 @@ async def test_an_answer_queued_on_a_cluster_without_workers_says_it_waits_there
     run_id, question_id = await _paused_run(store, tmp_path)
     cluster = await asyncio.to_thread(CliCluster, tmp_path, 0, store)
     try:
-        answered = await asyncio.to_thread(
-            _cli, tmp_path, "runs", "answer", run_id, question_id, "yes",
-            "--store", store, "--cluster", cluster.address,
-        )  # fmt: skip
+        answered = await _answer_on(cluster, tmp_path, store, run_id, question_id)
         assert answered.returncode == 0, answered.stderr
         assert answered.stdout == (
             "answer recorded; the run waits in the cluster's queue: no worker is connected to"
@@ -117,10 +124,7 @@ async def test_an_answer_a_worker_takes_up_at_once_says_a_worker_resumed_it(
     run_id, question_id = await _paused_run(store, tmp_path)
     cluster = await asyncio.to_thread(CliCluster, tmp_path, 1, store)
     try:
-        answered = await asyncio.to_thread(
-            _cli, tmp_path, "runs", "answer", run_id, question_id, "yes",
-            "--store", store, "--cluster", cluster.address,
-        )  # fmt: skip
+        answered = await _answer_on(cluster, tmp_path, store, run_id, question_id)
         assert answered.returncode == 0, answered.stderr
         assert answered.stdout.startswith(
             "answer recorded; a cluster worker resumed the run; it is "
