@@ -100,7 +100,9 @@ def add_commands(sub: Any) -> None:
         help="a value for one of the workflow's vars (repeat for more)",
     )  # fmt: skip
     run.add_argument("--scenario", help="the scripted model's scenario (YAML or JSON)")
-    run.add_argument("--preset", help="start from one of the workflow's presets (--var wins)")
+    run.add_argument(
+        "--preset", type=id_arg, help="start from one of the workflow's presets (--var wins)"
+    )
     run.add_argument(
         "--attach", action="append", default=[], metavar="NAME=PATH",
         help="a file for one of the workflow's attachments (repeat for more)",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from iterion_nb.cli.inputs import id_arg
 from iterion_nb.errors import IterionError, NotFoundError, RunOwnedError
 from iterion_nb.runtime.ports import Store
 from iterion_nb.store.location import resolve_store_path
@@ -40,7 +41,7 @@ def add_store_commands(sub: Any) -> None:
     )
     copy.add_argument("src")
     copy.add_argument("dst")
-    copy.add_argument("--run", action="append", default=[], metavar="ID",
+    copy.add_argument("--run", action="append", default=[], metavar="ID", type=id_arg,
                       help="only this run (repeatable); default: every run")  # fmt: skip
     copy.add_argument("--force", action="store_true",
                       help="also replace the destination's copy of a run that diverged from"

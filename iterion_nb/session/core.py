@@ -333,6 +333,9 @@ class Session:
         a cluster, the run is taken for it and executes on a worker; a worker
         takes a run queued for it with ``take_from`` (the queue's claimant).
         """
+        args.text_id("run_id", run_id)
+        args.mapping("answers", answers)
+        args.text_id("answered_by", answered_by)
         return await self._one_resume(
             run_id, RESUMABLE, answers, workflow, force, answered_by, scenario, take_from
         )

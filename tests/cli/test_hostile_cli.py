@@ -724,6 +724,25 @@ def test_an_id_that_is_not_text_is_a_usage_error(
     nothing_but(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["store", "copy", "a", "b", "--run", "\udcff"],
+         "argument --run: is not UTF-8 text: '\\xff'"),
+        (["store", "copy", "a", "b", "--run", "r\x1b[31m"],
+         "argument --run: holds a control character: 'r\\x1b[31m'"),
+        (["run", "flow.iter", "--preset", "p\x1b[31m"],
+         "argument --preset: holds a control character: 'p\\x1b[31m'"),
+    ],
+)  # fmt: skip
+def test_a_run_or_preset_name_that_is_not_text_is_a_usage_error(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    """Once DuckDB's 'Python Conversion Failure', or the escape sequence sent to the terminal."""
+    refused(cli(*args, cwd=tmp_path), said)
+    nothing_but(tmp_path)
+
+
 def test_a_closed_standard_output_is_said_on_standard_error(tmp_path: Path) -> None:
     """`iterion-nb validate flow.iter >&-`: once an AttributeError traceback."""
     (tmp_path / "vars.iter").write_text(VARS)

@@ -55,6 +55,9 @@ async def test_start_and_lookups_name_the_argument_and_record_nothing(tmp_path: 
         (lambda: session.runs(limit="x"), TypeError, "limit must be an int, not str"),
         (lambda: session.runs(limit=0), ValueError, "limit must be 1 or more, not 0"),
         (lambda: session.runs(status="nope"), ValueError, "status must be one of running,"),
+        (lambda: session.resume(123), TypeError, "run_id must be a str, not int"),
+        (lambda: session.resume("r", answers=["yes"]), TypeError, "answers must be a mapping"),
+        (lambda: session.resume("r", answered_by=1), TypeError, "answered_by must be a str"),
     ]  # fmt: skip
     for call, error, says in refused:
         with pytest.raises(error) as raised:
