@@ -49,6 +49,8 @@ PLUGIN = "iterion-run-watcher"
 CLUSTER_TAKES: tuple[RunStatus, ...] = ("paused_waiting_human", "interrupted")
 #: Seconds to reach a scheduler before giving up.
 CONNECT_TIMEOUT = 10.0
+#: Seconds a worker has to try the store before a run is sent to the cluster regardless.
+STORE_CHECK_SECONDS = 5.0
 
 _stores: dict[str, Store] = {}
 _stores_lock = threading.Lock()
@@ -268,7 +270,45 @@ class DaskExecutor:
             if client is not self.cluster:
                 client.close()
             raise IterionError(f"cannot use the Dask scheduler at {self.cluster}: {err}") from None
+        try:
+            self._check_workers(client)
+        except IterionError:
+            if client is not self.cluster:
+                client.close()
+            raise
         return client
+
+    def _check_workers(self, client: Any) -> None:
+        """Refuse a cluster none of whose workers can open the store (say, none has psycopg).
+
+        Each connected worker tries the store (:func:`store_check`). When every one
+        fails, a run sent there would wait in the queue with its reason in the
+        workers' logs only: the launch, resume or answer is refused now, naming
+        why. No worker up, a worker that can, or one that does not reply in time
+        (a store outage, which runs wait out): the run goes to the cluster.
+        """
+        from iterion_nb.store.location import mask_url
+
+        try:
+            said = client.run(
+                store_check, self.store_spec, on_error="return",
+                callback_timeout=STORE_CHECK_SECONDS + CONNECT_TIMEOUT,
+            )  # fmt: skip
+        except (OSError, TimeoutError) as err:
+            log.info("iterion_nb: the cluster's workers did not say whether they can open"
+                     " the store: %s", err)  # fmt: skip
+            return
+        why = {worker: str(got) for worker, got in said.items() if got is not None}
+        if said and len(why) == len(said):
+            worker, reason = sorted(why.items())[0]
+            others = f" (and {len(why) - 1} other workers)" if len(why) > 1 else ""
+            raise IterionError(
+                f"no worker of the Dask cluster at {self.cluster} can open the run store"
+                f" {mask_url(self.store_spec)}: worker {worker}{others}: {reason}"
+            )
+        for worker, reason in sorted(why.items()):
+            log.info("iterion_nb: worker %s cannot open the run store (the others take its"
+                     " runs): %s", worker, reason)  # fmt: skip
 
     async def connected(self) -> Any:
         """:meth:`connect` in a thread: the caller's event loop (a kernel's) goes on meanwhile."""
@@ -329,6 +369,28 @@ def check_tools_reach_workers(wf: Any) -> None:
             " on the workers, where it does not exist: define it in a module the workers"
             " import (dask worker --preload MODULE), or run here (cluster=False)"
         )
+
+
+async def store_check(store_spec: str) -> str | None:
+    """On a worker (``Client.run``): why this worker cannot use the run store, or None.
+
+    In a thread of its own, as a task uses the store: the worker's event loop
+    goes on. No reply in time is None: an outage, which a run waits out.
+    """
+
+    def check() -> str | None:
+        async def use() -> None:
+            await worker_store(store_spec).list_runs(limit=1)
+
+        try:
+            asyncio.run(asyncio.wait_for(use(), STORE_CHECK_SECONDS))
+        except TimeoutError:
+            return None
+        except Exception as err:  # a condition of this worker, said to the launching process
+            return str(err) or type(err).__name__
+        return None
+
+    return await asyncio.to_thread(check)
 
 
 class _NoStoreHere(Exception):  # noqa: N818 - a condition of this worker, handled by passing on

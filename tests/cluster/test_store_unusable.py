@@ -9,15 +9,19 @@ extras.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import iterion_nb as it
+from iterion_nb.errors import IterionError
 from iterion_nb.session import Session
 
 from .procs import CliCluster
-from .test_faults import chdir, ran, schema_url, until  # noqa: F401 - chdir: a fixture
+from .test_faults import CLI, chdir, ran, schema_url, until  # noqa: F401 - chdir: a fixture
 
 QUICK = """\
 tool one:
@@ -72,21 +76,64 @@ async def test_a_worker_that_cannot_open_the_store_passes_its_runs_to_one_that_c
     assert "psycopg" in said
 
 
+async def test_a_launch_on_a_cluster_no_worker_of_which_can_open_the_store_is_refused(
+    chdir: Path,  # noqa: F811 - the fixture
+    postgres_url: str,
+) -> None:
+    """The launching notebook or command says why at once (the workers lack psycopg), and
+    records no run, rather than leave one in the queue with the reason in a worker's log."""
+    store = schema_url(postgres_url)
+    cluster = await asyncio.to_thread(CliCluster, chdir, 0, store)
+    session = Session(store, cluster=cluster.address, workdir=chdir)
+    flow = chdir / "quick.iter"
+    flow.write_text(QUICK)
+    try:
+        for _ in range(2):
+            await asyncio.to_thread(cluster.add_worker, None, None, without_psycopg(chdir))
+        await asyncio.to_thread(cluster.wait_for_workers, 2)
+        with pytest.raises(IterionError) as refused:
+            await session.start(it.compile(QUICK))
+        said = str(refused.value)
+        assert said.startswith(
+            f"no worker of the Dask cluster at {cluster.address} can open the run store"
+        ), said
+        assert "(and 1 other workers)" in said and "psycopg" in said, said
+        assert await session.store.list_runs() == []
+        done = await asyncio.to_thread(
+            subprocess.run, [CLI, "run", str(flow), "--cluster", cluster.address, "--store", store],
+            capture_output=True, text=True, timeout=120, cwd=chdir, check=False,
+        )  # fmt: skip
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        assert "no worker of the Dask cluster" in done.stderr and "psycopg" in done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+        assert await session.store.list_runs() == []
+        # one worker that can is enough: the run goes to the cluster, and there to that one
+        await asyncio.to_thread(cluster.add_worker)
+        await asyncio.to_thread(cluster.wait_for_workers, 3)
+        run = await session.start(it.compile(QUICK))
+        assert await run.wait(60) == "finished"
+    finally:
+        await session.close()
+        await asyncio.to_thread(cluster.close)
+    assert ran(chdir) == Counter({"one": 1})
+
+
 async def test_when_no_worker_can_open_the_store_the_worker_says_why_once(
     chdir: Path,  # noqa: F811 - the fixture
     postgres_url: str,
 ) -> None:
-    """The run does not sit silent: the worker says why in one line, and leaves the run in
-    the cluster's queue, neither failed nor run (its hold then lapses to ``interrupted``
-    and the first worker that can takes it up, as with no worker up: see test_faults)."""
+    """A run queued while no worker was up, taken by one that cannot open the store, does
+    not sit silent: the worker says why in one line, and leaves the run in the cluster's
+    queue, neither failed nor run (its hold then lapses to ``interrupted`` and the first
+    worker that can takes it up, as with no worker up: see test_faults)."""
     store = schema_url(postgres_url)
     cluster = await asyncio.to_thread(CliCluster, chdir, 0, store)
     bad_log = chdir / "bad.log"
     session = Session(store, cluster=cluster.address, workdir=chdir)
     try:
+        run = await session.start(it.compile(QUICK))  # no worker up: queued
         await asyncio.to_thread(cluster.add_worker, None, bad_log, without_psycopg(chdir))
         await asyncio.to_thread(cluster.wait_for_workers, 1)
-        run = await session.start(it.compile(QUICK))
 
         async def said_why() -> bool:
             return "no worker of this cluster could open" in bad_log.read_text(errors="replace")
