@@ -214,9 +214,11 @@ class Builder:
                 pass  # C301 said why; a second "does not match its type" would not help
             elif var.default is not None:
                 ok, data = literal(var.default)
+                from_env = False  # read (and checked against the type) when a run starts
                 if ok and isinstance(data, str) and spec.name != "string" and not spec.is_list:
                     ok, data = _coerce_env_default(data, spec)
-                if not ok or not matches_type(data, spec):
+                    from_env = ok
+                if not ok or not (from_env or matches_type(data, spec)):
                     self.diags.add(
                         "C357",
                         f"default of '{var.name}' does not match its type {spec}",

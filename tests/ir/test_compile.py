@@ -100,6 +100,31 @@ def test_vars_types_defaults_and_env() -> None:
     assert wf.env_names == ("AGENT_MODEL",)
 
 
+def test_a_quoted_environment_default_of_a_number_or_bool_is_read_when_the_run_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """language.md's `"${N:-3}"` for an int: once refused as not an int (C357)."""
+    from iterion_nb.errors import VarsError
+    from iterion_nb.runtime.values import resolve_vars
+
+    text = (
+        'vars:\n  n: int = "${N:-3}"\n  r: float = "${R:-0.5}"\n  b: bool = "${B:-false}"\n'
+        '  bad: int = "three"\n\n'
+        'tool t:\n  command: "echo {{vars.n}}"\n\nworkflow w:\n  entry: t\n  t -> done\n'
+    )
+    said = it.analyze(text)
+    assert [(d.code, d.message) for d in said.diagnostics] == [
+        ("C357", "default of 'bad' does not match its type int")  # quoted, not the environment
+    ]
+    wf = it.compile(text.replace('  bad: int = "three"\n', ""))
+    monkeypatch.delenv("N", raising=False)
+    monkeypatch.setenv("B", "true")
+    assert resolve_vars(wf, {}) == {"n": 3, "r": 0.5, "b": True}
+    monkeypatch.setenv("N", "abc")
+    with pytest.raises(VarsError, match="variable 'n' should be int, got the text 'abc'"):
+        resolve_vars(wf, {})
+
+
 def test_source_hash_tracks_the_text() -> None:
     base = (EXAMPLES / "minimal.iter").read_text()
     one = it.compile(base)
