@@ -23,13 +23,29 @@ _FIXED_OUTPUTS: dict[str, dict[str, m.TypeSpec]] = {
     "emit": {},
 }
 
+#: What a human node asking several people outputs (and, with a schema, adds to it).
+_SEVERAL_ANSWERS = {"text": _STRING, "answers": m.TypeSpec("json", True)}
+
 
 def output_fields(node: m.Node, schemas: dict[str, m.Schema]) -> dict[str, m.TypeSpec] | None:
-    """The fields a node's output has, or None when they cannot be known."""
+    """The fields a node's output has, or None when they cannot be known.
+
+    A human node that asks several people (``min_answers`` above 1) outputs
+    the first answer's ``text`` and the list of ``answers``.
+    """
     schema_name = getattr(node, "output", None)
+    asks = node.interaction if isinstance(node, m.HumanNode) and node.min_answers > 1 else "llm"
+    several = asks != "llm"
+    if asks == "human":  # (a model's answer, with llm_or_human, has the schema's shape)
+        return dict(_SEVERAL_ANSWERS)
     if isinstance(schema_name, str):
         schema = schemas.get(schema_name)
-        return {f.name: f.type for f in schema.fields.values()} if schema else None
+        if schema is None:
+            return None
+        fields = {f.name: f.type for f in schema.fields.values()}
+        return {**fields, **_SEVERAL_ANSWERS} if several else fields
+    if several:
+        return dict(_SEVERAL_ANSWERS)
     if isinstance(node, m.ComputeNode):
         return {e.field: m.TypeSpec("json") for e in node.exprs}
     return _FIXED_OUTPUTS.get(node.kind)

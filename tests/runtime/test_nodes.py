@@ -348,6 +348,36 @@ workflow w:
         assert expected in types
 
 
+async def test_a_gate_asking_two_people_gives_the_next_node_every_answer(
+    make_session: SessionFactory,
+) -> None:
+    """`{{outputs.h.answers}}` of a `min_answers: 2` gate: once refused at compile (C031)."""
+    flow = """\
+human review:
+  instructions: "Ship it?"
+  min_answers: 2
+
+compute tally:
+  expr:
+    first: "outputs.review.text"
+    every: "outputs.review.answers"
+
+workflow w:
+  entry: review
+  review -> tally
+  tally -> done
+"""
+    alone = flow.replace("  min_answers: 2\n", "")
+    assert [d.code for d in it.analyze(alone).diagnostics] == ["C031"]  # one answer: no list
+    session = make_session()
+    run = await run_to_end(session, flow)
+    first, second = await run.pending_questions()
+    await run.answer(first.id, "yes", answered_by="ada")
+    await run.answer(second.id, "not yet", answered_by="bob")
+    assert await run.wait(10) == "finished"
+    assert run.outputs["tally"] == {"first": "yes", "every": ["yes", "not yet"]}
+
+
 async def test_answering_the_gate_resumes_the_run(make_session: SessionFactory) -> None:
     flow = 'human ok:\n  instructions: "Go?"\n\nworkflow w:\n  entry: ok\n  ok -> done\n'
     run = await run_to_end(make_session(), flow)
