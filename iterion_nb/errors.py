@@ -14,7 +14,7 @@ import socket
 from collections.abc import Sequence
 from datetime import datetime
 
-from iterion_nb.dsl.diagnostics import Diagnostic, Severity, render_all
+from iterion_nb.dsl.diagnostics import Diagnostic, Severity, more_not_shown, render_all
 from iterion_nb.dsl.source import Source
 
 
@@ -28,11 +28,15 @@ class CompileError(IterionError):
     ``str(err)`` is the rendered report: ``file:line:col``, the line, a caret.
     """
 
-    def __init__(self, diagnostics: Sequence[Diagnostic], source: Source) -> None:
+    def __init__(
+        self, diagnostics: Sequence[Diagnostic], source: Source, truncated: int = 0
+    ) -> None:
         self.diagnostics = tuple(diagnostics)
         self.source = source
         errors = [d for d in self.diagnostics if d.severity is Severity.ERROR]
-        count = f"{len(errors)} error{'s' if len(errors) != 1 else ''}"
+        count = f"{len(errors)} error{'s' if len(errors) != 1 else ''}" + more_not_shown(
+            len(self.diagnostics), truncated
+        )
         super().__init__(f"{source.name}: {count}\n{render_all(self.diagnostics, source)}")
 
 

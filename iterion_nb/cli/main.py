@@ -17,7 +17,7 @@ from typing import TextIO
 from iterion_nb import __version__
 from iterion_nb.cli.inputs import InputError, check_stores
 from iterion_nb.cli.runs import CliError, add_commands, run_command
-from iterion_nb.dsl.diagnostics import Severity, render_all
+from iterion_nb.dsl.diagnostics import Severity, more_not_shown, render_all
 from iterion_nb.errors import CompileError, IterionError
 from iterion_nb.ir import CompileResult, analyze
 from iterion_nb.ir.mermaid import graph_json, to_mermaid
@@ -82,7 +82,7 @@ def _summary(result: CompileResult) -> str:
         head = f"{result.source.name}: {errors} error{'s' if errors != 1 else ''}"
     if warnings:
         head += f", {warnings} warning{'s' if warnings != 1 else ''}"
-    return head
+    return head + more_not_shown(len(result.diagnostics), result.truncated)
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
@@ -92,6 +92,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
         payload = {
             "ok": result.ok,
             "diagnostics": [d.to_json() for d in result.diagnostics],
+            "truncated": bool(result.truncated),  # more problems were found than listed
         }
         out.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     else:

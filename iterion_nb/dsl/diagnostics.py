@@ -180,6 +180,13 @@ def render(diagnostic: Diagnostic, source: Source) -> str:
     return f"{head}\n{gutter} | {shown}\n{pad}| {caret}"
 
 
+def more_not_shown(shown: int, truncated: int) -> str:
+    """What a count of problems adds when more were found than are kept ("" when none were)."""
+    if not truncated:
+        return ""
+    return f" (only the first {shown} problems are shown: fix them and check again for the rest)"
+
+
 def render_all(diagnostics: Iterable[Diagnostic], source: Source) -> str:
     """Render several diagnostics, separated by blank lines."""
     return "\n\n".join(render(d, source) for d in diagnostics)

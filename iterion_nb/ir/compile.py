@@ -28,6 +28,8 @@ class CompileResult:
     source: Source
     diagnostics: tuple[Diagnostic, ...]
     workflow: m.Workflow | None
+    #: Problems found past the first :data:`MAX_DIAGNOSTICS` (counted, not kept): 0 when none.
+    truncated: int = 0
 
     @property
     def ok(self) -> bool:
@@ -74,12 +76,12 @@ def _analyze(text: str | bytes, name: str) -> CompileResult:
     else:
         source = check_text(text, name, diags)
     if source is None:
-        return CompileResult(Source(name, ""), tuple(diags.sorted()), None)
+        return CompileResult(Source(name, ""), tuple(diags.sorted()), None, diags.truncated)
     module = parse_source(source, diags)
     if diags.full and diags.has_errors:
         # Nothing the later checks find could be shown (the list is at its
         # cap) and there is no workflow to build: garbage input stops here.
-        return CompileResult(source, tuple(diags.sorted()), None)
+        return CompileResult(source, tuple(diags.sorted()), None, diags.truncated)
     draft = Builder(diags).build(module)
     validate(draft, diags)
     workflow = None
@@ -113,7 +115,7 @@ def _analyze(text: str | bytes, name: str) -> CompileResult:
             cursors=dict(draft.cursors),
             attachments=dict(draft.attachments),
         )
-    return CompileResult(source, tuple(diags.sorted()), workflow)
+    return CompileResult(source, tuple(diags.sorted()), workflow, diags.truncated)
 
 
 def compile_workflow(text: str | bytes, name: str = "<string>") -> m.Workflow:
@@ -129,7 +131,7 @@ def compile_workflow(text: str | bytes, name: str = "<string>") -> m.Workflow:
         )
     result = analyze(text, name)
     if result.workflow is None:
-        raise CompileError(result.diagnostics, result.source)
+        raise CompileError(result.diagnostics, result.source, result.truncated)
     return result.workflow
 
 

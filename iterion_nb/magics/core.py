@@ -32,6 +32,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, Markdown
 
 from iterion_nb import safe_data
+from iterion_nb.dsl.diagnostics import more_not_shown
 from iterion_nb.errors import (
     RESUME_APPLIES_EXPIRY,
     AlreadyAnsweredError,
@@ -307,7 +308,8 @@ class IterionMagics(Magics):
             )
         wf = result.workflow
         if wf is None:
-            raise UsageError(f"{label}: the workflow does not compile (see the table above)")
+            more = more_not_shown(len(result.diagnostics), result.truncated)
+            raise UsageError(f"{label}: the workflow does not compile (see the table above){more}")
         self._bind(args.name, wf)
         if not args.run:
             return self._awaitable(_nothing())

@@ -85,9 +85,31 @@ def test_validate_json_shape() -> None:
                 "column": 15,
             }
         ],
+        "truncated": False,
     }
     ok = json.loads(run("validate", "examples/minimal.iter", "--json").stdout)
-    assert ok == {"ok": True, "diagnostics": []}
+    assert ok == {"ok": True, "diagnostics": [], "truncated": False}
+
+
+def test_more_problems_than_are_listed_are_said_to_be_more(tmp_path: Path) -> None:
+    """300 unknown nodes: the first 200 are listed, and the summary says there are more
+    (once it read '200 errors', as if fixing those were enough)."""
+    import iterion_nb as it
+
+    flow = tmp_path / "many.iter"
+    flow.write_text("workflow w:\n  entry: a0\n" + "".join(f"  a{i} -> b{i}\n" for i in range(300)))
+    proc = run("validate", str(flow))
+    assert proc.returncode == 1
+    assert proc.stdout.count(": error[C") == 200
+    assert proc.stdout.rstrip().endswith(
+        "many.iter: 200 errors (only the first 200 problems are shown: fix them and check"
+        " again for the rest)"
+    )
+    payload = json.loads(run("validate", str(flow), "--json").stdout)
+    assert (len(payload["diagnostics"]), payload["truncated"]) == (200, True)
+    with pytest.raises(it.CompileError) as raised:
+        it.compile(flow.read_text(), "many.iter")
+    assert str(raised.value).startswith("many.iter: 200 errors (only the first 200 problems")
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.iter")), ids=lambda p: p.name)
