@@ -50,6 +50,9 @@ async def test_the_effort_is_sent_as_the_api_spells_it(
     assert await run.wait(60) == "finished", run.error
     expected = effort if h.kind in ("scripted", "openai") else anthropic_words
     assert sent_effort(h) == expected
+    # the run's events say what the node asked for, on every backend (the claude CLI's too)
+    asked = [e.data for e in await run.events() if e.type == "llm_request"]
+    assert asked and all(data.get("reasoning_effort") == effort for data in asked), asked
 
 
 async def test_no_effort_sends_none(harness_factory: Any) -> None:

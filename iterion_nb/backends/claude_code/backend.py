@@ -533,7 +533,10 @@ class _Session:
             limit = self.node.tool_max_steps
             if limit is not None and self.steps > limit and self.failure is None:
                 self.failure = NodeError(self.node.name, f"used more than tool_max_steps ({limit})")
-        await self.ctx.emit("llm_request", {"model": self.request.model, "turn": turn})
+        asked: dict[str, Any] = {"model": self.request.model, "turn": turn}
+        if self.request.reasoning_effort is not None:  # as the in-process loop records it
+            asked["reasoning_effort"] = self.request.reasoning_effort
+        await self.ctx.emit("llm_request", asked)
         self.ctx.charge(tokens_in + tokens_out, 0.0)
         await self.ctx.emit(
             "llm_step_finished",
