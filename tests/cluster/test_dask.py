@@ -496,6 +496,39 @@ def hang_up_port() -> Iterator[int]:
     server.server_close()
 
 
+async def test_a_client_given_for_the_cluster_runs_the_workflow_there(
+    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    """`Session(cluster=client)`, as a notebook with a `distributed.Client` writes it, and
+    with an asynchronous client on the session's own loop; the session leaves it open."""
+    monkeypatch.chdir(tmp_path)
+
+    async def through(client: Any) -> None:
+        session = Session(store, cluster=client, workdir=tmp_path)
+        try:
+            run = await session.start(it.compile(GATE))
+            assert await run.wait(60) == "paused_waiting_human"
+            (question,) = await run.pending_questions()
+            await run.answer(question.id, "yes")
+            assert await run.wait(60) == "finished"
+        finally:
+            await session.close()
+        assert client.status == "running"
+
+    client = await asyncio.to_thread(
+        distributed.Client, cluster.scheduler_address, set_as_default=False
+    )
+    try:
+        await through(client)
+    finally:
+        await asyncio.to_thread(client.close)
+    async with distributed.Client(
+        cluster.scheduler_address, asynchronous=True, set_as_default=False
+    ) as async_client:
+        await through(async_client)
+    assert ran(tmp_path) == Counter({"before": 2, "after": 2})
+
+
 @pytest.mark.parametrize(
     ("address", "told"),
     [
