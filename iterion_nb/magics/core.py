@@ -46,7 +46,7 @@ from iterion_nb.ir import analyze, compile_stored
 from iterion_nb.ir import model as m
 from iterion_nb.ir.models import scripted_nodes
 from iterion_nb.magics.display import Table, diagnostics_table
-from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, inbox
+from iterion_nb.magics.results import Answered, Deferred, LiveRun, Questions, inbox, not_pending
 from iterion_nb.report.build import format_for
 from iterion_nb.runtime import replay
 from iterion_nb.runtime.lifecycle import FORM_REFUSAL
@@ -145,7 +145,7 @@ def _line_parser() -> _Parser:
     pinned.add_argument("--export", metavar="FILE")
     report = verbs.add_parser("report", add_help=False)
     report.add_argument("run_id")
-    report.add_argument("--format", choices=("html", "md"))
+    report.add_argument("--format", choices=("html", "md", "json"))
     report.add_argument("-o", "--output")
     verbs.choices["wait"].add_argument("--timeout", type=seconds_arg, metavar="S")
     for sub in verbs.choices.values():
@@ -157,7 +157,7 @@ USAGE = (
     "%iterion runs | show RUN | inbox [RUN] | questions RUN [--wait N]"
     " | answer RUN IID TEXT [--if-pending] [--json]"
     " | resume RUN [--workflow NAME [--force]] | answers RUN [--export FILE]"
-    " | cancel RUN | wait RUN | report RUN [--format html|md] [-o FILE]"
+    " | cancel RUN | wait RUN | report RUN [--format html|md|json] [-o FILE]"
     "  (each takes --store PATH)"
 )
 
@@ -432,16 +432,17 @@ class IterionMagics(Magics):
         await session.store.get_run(args.run_id)
         text = " ".join(args.text)
         if args.if_pending:
-            asked = await session.store.get_interaction(args.interaction_id)
+            try:
+                asked = await session.store.get_interaction(args.interaction_id)
+            except NotFoundError as err:
+                raise err.of_run(args.run_id) from None
+            if asked.run_id != args.run_id:  # as an answer without --if-pending is refused
+                raise NotFoundError("interaction", args.interaction_id).of_run(args.run_id)
             if not asked.pending:
-                labels = {o.id: o.label for o in asked.options}
-                given = asked.answers if isinstance(asked.answers, str) else str(asked.answers)
-                shown = labels.get(given) or given
-                who = asked.answered_by or "someone"
                 status = (await session.store.get_run(args.run_id)).status
                 return Answered(
                     {"queued": False, "resumed": False, "run_status": status},
-                    f"Already answered by {who}: {shown!r} — nothing sent",
+                    f"{not_pending(asked)} — nothing sent",
                 )
         answer: Any = text
         if args.json_value:
@@ -526,8 +527,11 @@ class IterionMagics(Magics):
         text = await session.run(args.run_id).report(args.format, args.output)
         if args.output is not None:
             return f"wrote the report of run {args.run_id} to {args.output}"
-        if format_for(None, args.format) == "html":
+        shown = format_for(None, args.format)
+        if shown == "html":
             return HTML(text)  # type: ignore[no-untyped-call]
+        if shown == "json":  # the report's data, for code: a dict
+            return json.loads(text)
         return Markdown(text)  # type: ignore[no-untyped-call]
 
     async def _answers(self, session: Session, args: argparse.Namespace) -> Any:

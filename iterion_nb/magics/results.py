@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import traceback
 from typing import Any
 
@@ -95,6 +96,32 @@ class Answered(dict[str, Any]):
         printer.text(self.text)
 
 
+def answer_shown(q: Interaction) -> str:
+    """A question's answer as a person reads it: its option's label, other data as JSON."""
+    if q.pending:
+        return "(pending)"
+    if q.ended == "expired":
+        return "(expired unanswered)"
+    if q.ended is not None:
+        return f"(withdrawn: {q.end_reason})" if q.end_reason else "(withdrawn by its asker)"
+    if isinstance(q.answers, str):
+        return next((o.label for o in q.options if o.id == q.answers), q.answers)
+    return json.dumps(q.answers, ensure_ascii=False)
+
+
+def not_pending(q: Interaction) -> str:
+    """Why an answer given only if ``q`` is pending was not sent (``--if-pending``)."""
+    if q.ended == "expired":
+        return "The question expired unanswered"
+    if q.ended is not None:
+        reason = f": {q.end_reason}" if q.end_reason else ""
+        return f"The question was withdrawn by its asker{reason}"
+    shown = answer_shown(q)
+    return f"Already answered by {q.answered_by or 'someone'}: " + (
+        repr(shown) if isinstance(q.answers, str) else shown
+    )
+
+
 class Questions(list[Interaction]):
     """A run's questions (the records), shown as a table: who answered what."""
 
@@ -102,13 +129,9 @@ class Questions(list[Interaction]):
         """The questions as rows: node, kind, question, answer, who answered."""
         rows = []
         for q in self:
-            labels = {o.id: o.label for o in q.options}
-            if q.pending:
-                answer = "(pending)"
-            else:
-                given = q.answers if isinstance(q.answers, str) else str(q.answers)
-                answer = labels.get(given) or given
-            rows.append([q.node_id, q.kind, " / ".join(q.questions), answer, q.answered_by or ""])
+            rows.append(
+                [q.node_id, q.kind, " / ".join(q.questions), answer_shown(q), q.answered_by or ""]
+            )
         return Table(f"{len(self)} question(s)", ["node", "kind", "question", "answer", "by"], rows)
 
     def __repr__(self) -> str:

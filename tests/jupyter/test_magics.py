@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -369,6 +370,8 @@ def test_report_magic(
     assert md.data.startswith(f"# Run {handle.id} · notes · finished")
     html = ok(shell, "%iterion report {r.id} --format html")
     assert '<section id="questions">' in html.data
+    data = ok(shell, "%iterion report {r.id} --format json")  # the report's data, for code
+    assert isinstance(data, dict) and handle.id in json.dumps(data)
     shell.user_ns["target"] = str(tmp_path / "r.html")
     said = ok(shell, "%iterion report {r.id} -o $target")
     assert said == f"wrote the report of run {handle.id} to {tmp_path / 'r.html'}"
@@ -385,6 +388,33 @@ def test_report_magic(
         in (err)
         and "Traceback" not in err
     )
+
+
+def test_answer_if_pending_says_why_a_withdrawn_question_takes_no_answer(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once 'Already answered by someone: None'; and a question of another run was looked
+    up there (an answer without --if-pending is refused: no such question in this run)."""
+    asking(shell)
+    ok(shell, "await r.session.store.retract(q.id, 'no longer needed')")
+    said = ok(shell, "%iterion answer {r.id} {q.id} casual --if-pending")
+    assert repr(said) == (
+        "The question was withdrawn by its asker: no longer needed — nothing sent"
+    )
+    assert (said["queued"], said["resumed"]) == (False, False)
+    table = repr(ok(shell, "%iterion questions {r.id}"))
+    assert "(withdrawn: no longer needed)" in table and "None" not in table
+    other = ok(
+        shell, "%%iterion --run --var topic=u --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns["other"] = other
+    capsys.readouterr()
+    refused = run(shell, "%iterion answer {other.id} {q.id} casual --if-pending")
+    assert not refused.success
+    err = capsys.readouterr().err
+    assert f"no question '{shell.user_ns['q'].id}' in run '{other.id}'" in err, err
+    assert "Traceback" not in err
+    ok(shell, "await other.cancel()")
 
 
 def test_answer_if_pending_leaves_an_answered_question_alone(shell: InteractiveShell) -> None:
