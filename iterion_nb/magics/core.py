@@ -54,7 +54,7 @@ from iterion_nb.runtime.records import RUN_STATUSES, Run
 from iterion_nb.runtime.values import preset_values, resolve_vars
 from iterion_nb.runtime.wire import interaction_json
 from iterion_nb.session import Session
-from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, DaskExecutor
+from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, ClusterStoreError, DaskExecutor
 from iterion_nb.session.core import SourceChangedError
 from iterion_nb.session.launch import (
     answers_yaml,
@@ -741,6 +741,12 @@ async def _reach_cluster(session: Session, prog: str) -> None:
         return
     try:
         await session.executor.connected()
+    except ClusterStoreError as err:  # the scheduler answered: its workers need fixing
+        _UNREACHED.add(session)
+        raise UsageError(
+            f"{prog}: {err} — install what they lack on the workers and run this again, or"
+            f" set {CLUSTER_ENV} to nothing to run in this kernel (%env {CLUSTER_ENV}=)"
+        ) from None
     except IterionError as err:
         _UNREACHED.add(session)
         raise UsageError(

@@ -281,11 +281,13 @@ class DaskExecutor:
     def _check_workers(self, client: Any) -> None:
         """Refuse a cluster none of whose workers can open the store (say, none has psycopg).
 
-        Each connected worker tries the store (:func:`store_check`). When every one
-        fails, a run sent there would wait in the queue with its reason in the
-        workers' logs only: the launch, resume or answer is refused now, naming
-        why. No worker up, a worker that can, or one that does not reply in time
-        (a store outage, which runs wait out): the run goes to the cluster.
+        Each connected worker tries to open the store (:func:`store_check`). When
+        every one says it cannot, a run sent there would wait in the queue with
+        its reason in the workers' logs only: the launch or resume is refused
+        now, naming why. No worker up, a worker that can, one that does not
+        reply in time, or a check that could not run there (an older release, a
+        worker going away): the run goes to the cluster, as before the check.
+        Done once, when this executor first reaches the scheduler.
         """
         from iterion_nb.store.location import mask_url
 
@@ -294,17 +296,25 @@ class DaskExecutor:
                 store_check, self.store_spec, on_error="return",
                 callback_timeout=STORE_CHECK_SECONDS + CONNECT_TIMEOUT,
             )  # fmt: skip
-        except (OSError, TimeoutError) as err:
+            said = dict(said)
+        except Exception as err:  # (not a dict: an asynchronous client on its own loop)
             log.info("iterion_nb: the cluster's workers did not say whether they can open"
-                     " the store: %s", err)  # fmt: skip
+                     " the store: %s", err or type(err).__name__)  # fmt: skip
             return
-        why = {worker: str(got) for worker, got in said.items() if got is not None}
+        why = {worker: got for worker, got in said.items() if isinstance(got, str)}
         if said and len(why) == len(said):
-            worker, reason = sorted(why.items())[0]
-            others = f" (and {len(why) - 1} other workers)" if len(why) > 1 else ""
-            raise IterionError(
-                f"no worker of the Dask cluster at {self.cluster} can open the run store"
-                f" {mask_url(self.store_spec)}: worker {worker}{others}: {reason}"
+            reasons: dict[str, list[str]] = {}
+            for worker, reason in sorted(why.items()):
+                reasons.setdefault(reason, []).append(worker)
+            told = "; ".join(
+                f"worker {workers[0]}"
+                + (f" and {len(workers) - 1} more" if len(workers) > 1 else "")
+                + f": {reason}"
+                for reason, workers in reasons.items()
+            )
+            raise ClusterStoreError(
+                f"no worker of the Dask cluster at {_address(self.cluster)} can open the run"
+                f" store {mask_url(self.store_spec)}: {told}"
             )
         for worker, reason in sorted(why.items()):
             log.info("iterion_nb: worker %s cannot open the run store (the others take its"
@@ -341,6 +351,12 @@ class DaskExecutor:
             self._client.close()
 
 
+def _address(cluster: Any) -> str:
+    """The scheduler's address of ``cluster`` (an address, or a client: not its repr)."""
+    scheduler = getattr(cluster, "scheduler", None)
+    return str(getattr(scheduler, "address", None) or cluster)
+
+
 def queued_key(run_id: str, take_from: str) -> str:
     """The scheduler's key of the task that takes ``run_id`` over from the queue ``take_from``."""
     return f"iterion-run-{run_id}-{take_from}"
@@ -372,25 +388,29 @@ def check_tools_reach_workers(wf: Any) -> None:
 
 
 async def store_check(store_spec: str) -> str | None:
-    """On a worker (``Client.run``): why this worker cannot use the run store, or None.
+    """On a worker (``Client.run``): why this worker cannot open the run store, or None.
 
-    In a thread of its own, as a task uses the store: the worker's event loop
-    goes on. No reply in time is None: an outage, which a run waits out.
+    Only opening counts (no driver, a malformed URL, no process holding a
+    DuckDB file): what then goes wrong talking to the store (a password, an
+    outage) the watcher says in the worker's log, and runs wait it out. In a
+    thread of its own, bounded as a whole: the worker's event loop goes on.
     """
 
     def check() -> str | None:
-        async def use() -> None:
-            await worker_store(store_spec).list_runs(limit=1)
-
         try:
-            asyncio.run(asyncio.wait_for(use(), STORE_CHECK_SECONDS))
-        except TimeoutError:
-            return None
-        except Exception as err:  # a condition of this worker, said to the launching process
+            worker_store(store_spec)
+        except IterionError as err:
             return str(err) or type(err).__name__
         return None
 
-    return await asyncio.to_thread(check)
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(check), STORE_CHECK_SECONDS)
+    except TimeoutError:  # (the thread ends by itself)
+        return None
+
+
+class ClusterStoreError(IterionError):
+    """No worker of the cluster can open the run store (they need fixing, not the address)."""
 
 
 class _NoStoreHere(Exception):  # noqa: N818 - a condition of this worker, handled by passing on
@@ -543,6 +563,7 @@ __all__ = [
     "CLUSTER_ENV",
     "CLUSTER_TAKES",
     "QUEUE_TTL",
+    "ClusterStoreError",
     "DaskExecutor",
     "execute_run",
     "queued_key",

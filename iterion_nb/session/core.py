@@ -530,6 +530,7 @@ class Session:
                 a cluster's run is taken up by its workers' watchers all the same).
         """
         if self.executor is not None:
+            self.serve()  # (a DuckDB store's workers reach it through this process)
             try:
                 await self.executor.connected()
             except IterionError as err:
