@@ -10,6 +10,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from iterion_nb.errors import withdrawn_by
 from iterion_nb.ir import model as m
 from iterion_nb.magics.display import Table
 from iterion_nb.runtime.records import Interaction
@@ -114,6 +115,8 @@ def not_pending(q: Interaction) -> str:
     if q.ended == "expired":
         return "The question expired unanswered"
     if q.ended is not None:
+        if withdrawn_by(q.end_reason) == "its run":  # (the reason says how the run ended)
+            return f"The question was withdrawn: {q.end_reason}"
         reason = f": {q.end_reason}" if q.end_reason else ""
         return f"The question was withdrawn by its asker{reason}"
     shown = answer_shown(q)

@@ -414,6 +414,16 @@ def test_answer_if_pending_says_why_a_withdrawn_question_takes_no_answer(
     err = capsys.readouterr().err
     assert f"no question '{shell.user_ns['q'].id}' in run '{other.id}'" in err, err
     assert "Traceback" not in err
+    # withdrawn because its run ended (as a run that finishes withdraws what it left open):
+    # not blamed on its asker
+    ok(shell, "q2 = await other.next_question(timeout=10)")
+    ok(shell, "from iterion_nb.runtime.lifecycle import run_ended_reason")
+    ok(shell, "await r.session.store.retract(q2.id, run_ended_reason(other.id, 'failed'))")
+    said = ok(shell, "%iterion answer {other.id} {q2.id} casual --if-pending")
+    assert repr(said) == (
+        f"The question was withdrawn: its run {other.id} failed before it was answered, and"
+        " nothing would read an answer — nothing sent"
+    )
     ok(shell, "await other.cancel()")
 
 
