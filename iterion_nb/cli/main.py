@@ -108,7 +108,8 @@ def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if result.workflow is None:
         if args.json:  # as `validate --json` says it, on stdout
             diagnostics = [d.to_json() for d in result.diagnostics]
-            out.write(json.dumps({"ok": False, "diagnostics": diagnostics}, indent=2) + "\n")
+            said = {"ok": False, "diagnostics": diagnostics, "truncated": bool(result.truncated)}
+            out.write(json.dumps(said, indent=2) + "\n")
             return EXIT_INVALID
         err.write(render_all(result.diagnostics, result.source) + "\n\n")
         err.write(_summary(result) + "\n")

@@ -100,6 +100,7 @@ class Diagnostics:
         self._items: list[Diagnostic] = []
         self._seen: set[tuple[str, Span, str]] = set()
         self.truncated = 0
+        self._warnings = 0  # kept problems that are not errors
 
     def add(
         self,
@@ -109,17 +110,25 @@ class Diagnostics:
         severity: Severity | None = None,
     ) -> None:
         """Record a problem; the severity defaults to the code's own."""
+        sev = Severity(severity or CODES[code].severity)
+        key = (code, span, message)
         if len(self._items) >= MAX_DIAGNOSTICS:
             # Past the cap only a count is kept (duplicates included): no set
-            # of every message of a garbage file.
+            # of every message of a garbage file. An error still takes the
+            # place of a warning: a list full of warnings must not hide that
+            # the source does not compile.
             self.truncated += 1
-            return
-        key = (code, span, message)
+            if sev is not Severity.ERROR or not self._warnings or key in self._seen:
+                return
+            last = max(i for i, d in enumerate(self._items) if d.severity is not Severity.ERROR)
+            del self._items[last]
+            self._warnings -= 1
         if key in self._seen:
             return
         self._seen.add(key)
-        sev = severity or CODES[code].severity
-        self._items.append(Diagnostic(code, Severity(sev), message, span))
+        self._items.append(Diagnostic(code, sev, message, span))
+        if sev is not Severity.ERROR:
+            self._warnings += 1
 
     def extend(self, other: Iterable[Diagnostic]) -> None:
         """Append already-built diagnostics."""

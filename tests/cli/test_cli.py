@@ -110,6 +110,20 @@ def test_more_problems_than_are_listed_are_said_to_be_more(tmp_path: Path) -> No
     with pytest.raises(it.CompileError) as raised:
         it.compile(flow.read_text(), "many.iter")
     assert str(raised.value).startswith("many.iter: 200 errors (only the first 200 problems")
+    # 250 warnings (unreachable tools), then an error: once dropped past the cap, so the
+    # workflow read "ok" and its run failed later
+    warned = tmp_path / "warned.iter"
+    tools = "".join(f'tool t{i}:\n  command: "echo"\n\n' for i in range(250))
+    warned.write_text(
+        tools + 'agent a:\n  user: "{{vars.nope}}"\n\nworkflow w:\n  entry: a\n  a -> done\n'
+    )
+    proc = run("validate", str(warned))
+    assert proc.returncode == 1, proc.stdout[-300:]
+    assert "error[C0" in proc.stdout and "vars.nope" in proc.stdout
+    assert proc.stdout.rstrip().endswith(
+        "warned.iter: 1 error, 199 warnings (only the first 200 problems are shown: fix them"
+        " and check again for the rest)"
+    )
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.iter")), ids=lambda p: p.name)
@@ -791,3 +805,6 @@ def test_graph_json_is_the_workflow_as_data() -> None:
     refused = run("graph", "tests/fixtures/diagnostics/C001.iter", "--json")
     assert refused.returncode == 1 and refused.stderr == ""
     assert json.loads(refused.stdout)["diagnostics"][0]["code"] == "C001"
+    assert json.loads(refused.stdout) == json.loads(
+        run("validate", "tests/fixtures/diagnostics/C001.iter", "--json").stdout
+    )  # as validate --json says it
