@@ -39,8 +39,9 @@ if [ "$#" -eq 0 ]; then
   trap 'swap "$pinned" || echo "could not put ipykernel $pinned back: rerun scripts/test.sh" >&2' EXIT
   swap 7.3.0  # (pip's note about the overridden pin goes to the log)
   .venv/bin/python -c 'import ipykernel; assert ipykernel.__version__ == "7.3.0", ipykernel.__version__'
-  # only what runs a real kernel (the widget and magic models without one, the sidebar fed
-  # by the server, and the quickstart's server do not depend on the kernel's version)
+  # only what sends widget messages to a real kernel (the widget and magic models without
+  # one, the sidebar, whose answers go through the server, and the quickstart's server do
+  # not depend on the kernel's version)
   pytest -q tests/jupyter/test_browser.py tests/jupyter/test_kernel_crash.py \
     tests/jupyter/test_kernel_magics.py tests/jupyter/test_saved_notebook.py notebooks
 fi
