@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
+from iterion_nb import safe_data
 from iterion_nb.dsl import ast
 from iterion_nb.dsl.diagnostics import Diagnostics, did_you_mean
 from iterion_nb.dsl.limits import NumberTooLargeError, parse_decimal, parse_int, shorten
@@ -855,9 +856,23 @@ def _coerce_env_default(text: str, spec: m.TypeSpec) -> tuple[bool, object]:
     Defaults that read the environment are resolved at run time; anything
     else quoted must match the type and does not.
     """
-    if "${" in text:
-        return True, text
-    return False, None
+    if "${" not in text:
+        return False, None
+    refs = list(_ENV_REF.finditer(text))
+    if refs and all(ref.group(2) is not None for ref in refs):
+        # every reference has a fallback: what the run reads with none set must fit the type
+        fallback = _ENV_REF.sub(lambda ref: ref.group(2), text)
+        try:
+            value = safe_data.loads(fallback, "the default")
+        except safe_data.DataError:
+            return False, None
+        if not matches_type(value, spec):
+            return False, None
+    return True, text
+
+
+#: ``${NAME}`` or ``${NAME:-fallback}`` (as the runtime reads the environment).
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 class _NodeBuilder:

@@ -109,14 +109,15 @@ def test_a_quoted_environment_default_of_a_number_or_bool_is_read_when_the_run_s
 
     text = (
         'vars:\n  n: int = "${N:-3}"\n  r: float = "${R:-0.5}"\n  b: bool = "${B:-false}"\n'
-        '  bad: int = "three"\n\n'
+        '  bad: int = "three"\n  worse: int = "${W:-three}"\n\n'
         'tool t:\n  command: "echo {{vars.n}}"\n\nworkflow w:\n  entry: t\n  t -> done\n'
     )
     said = it.analyze(text)
     assert [(d.code, d.message) for d in said.diagnostics] == [
-        ("C357", "default of 'bad' does not match its type int")  # quoted, not the environment
+        ("C357", "default of 'bad' does not match its type int"),  # quoted, not the environment
+        ("C357", "default of 'worse' does not match its type int"),  # its fallback is no int
     ]
-    wf = it.compile(text.replace('  bad: int = "three"\n', ""))
+    wf = it.compile(text.replace('  bad: int = "three"\n  worse: int = "${W:-three}"\n', ""))
     monkeypatch.delenv("N", raising=False)
     monkeypatch.setenv("B", "true")
     assert resolve_vars(wf, {}) == {"n": 3, "r": 0.5, "b": True}
