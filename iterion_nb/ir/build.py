@@ -28,6 +28,7 @@ from iterion_nb.ir.properties import (
 )
 from iterion_nb.ir.templates import Template, TextPart, parse_lines, parse_template
 from iterion_nb.ir.values import (
+    ENV_REF,
     ValueReader,
     describe,
     literal,
@@ -858,10 +859,10 @@ def _coerce_env_default(text: str, spec: m.TypeSpec) -> tuple[bool, object]:
     """
     if "${" not in text:
         return False, None
-    refs = list(_ENV_REF.finditer(text))
+    refs = list(ENV_REF.finditer(text))
     if refs and all(ref.group(2) is not None for ref in refs):
         # every reference has a fallback: what the run reads with none set must fit the type
-        fallback = _ENV_REF.sub(lambda ref: ref.group(2), text)
+        fallback = ENV_REF.sub(lambda ref: ref.group(2), text)
         try:
             value = safe_data.loads(fallback, "the default")
         except safe_data.DataError:
@@ -869,10 +870,6 @@ def _coerce_env_default(text: str, spec: m.TypeSpec) -> tuple[bool, object]:
         if not matches_type(value, spec):
             return False, None
     return True, text
-
-
-#: ``${NAME}`` or ``${NAME:-fallback}`` (as the runtime reads the environment).
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 class _NodeBuilder:

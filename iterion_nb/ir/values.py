@@ -27,6 +27,9 @@ from iterion_nb.ir.templates import Template, TextPart, parse_lines, parse_templ
 # run of digits from every start, quadratically), possessive so that a part
 # that fails fails at once.
 _DURATION_PART = re.compile(r"([0-9]++(?:\.[0-9]++)?+)(ms|s|m|h|d)")
+#: ``${NAME}`` or ``${NAME:-fallback}`` in a variable's default: the compiler checks the
+#: fallback against the type, and the runtime reads the environment with it.
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 

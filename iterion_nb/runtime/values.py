@@ -9,9 +9,8 @@ from typing import Any
 from iterion_nb import safe_data
 from iterion_nb.errors import VarsError
 from iterion_nb.ir import model as m
+from iterion_nb.ir.values import ENV_REF
 from iterion_nb.ir.values import matches_type as fits
-
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def check_record(value: Any, schema: m.Schema) -> list[str]:
@@ -57,7 +56,7 @@ def expand_env(text: str) -> str:
             return match.group(2)
         return value
 
-    return _ENV.sub(one, text)
+    return ENV_REF.sub(one, text)
 
 
 def _coerce(name: str, raw: Any, spec: m.TypeSpec) -> Any:
