@@ -66,6 +66,8 @@ def _coerce(name: str, raw: Any, spec: m.TypeSpec) -> Any:
         except safe_data.DataError as err:
             if not err.syntax:  # JSON no run can hold: NaN, 1e400, 2**64, nested 65 deep
                 raise VarsError(str(err)) from None
+            if safe_data.problem(raw) is not None:  # bytes that are not UTF-8, as for a string
+                raise VarsError(f"variable '{name}' {safe_data.problem(raw)}") from None
             shown = raw if len(raw) <= 80 else raw[:77] + "..."
             raise VarsError(f"variable '{name}' should be {spec}, got the text {shown!r}") from None
     if isinstance(raw, tuple):  # a list given from Python as a tuple: recorded as a list
@@ -90,7 +92,7 @@ def preset_values(wf: m.Workflow, preset: str | None) -> dict[str, Any]:
         return {}
     if preset not in wf.presets:
         known = ", ".join(wf.presets) or "none"
-        raise VarsError(f"no preset '{preset}' in workflow '{wf.name}' (presets: {known})")
+        raise VarsError(f"no preset {preset!r} in workflow '{wf.name}' (presets: {known})")
     return dict(wf.presets[preset])
 
 

@@ -671,6 +671,8 @@ BAD_VARS = {
     "JSON nested 5,000 deep": ("j=" + "[" * 5000 + "]" * 5000, "variable 'j' nests deeper than 64"),
     "a key twice": ('j={"a": 1, "a": 2}', "variable 'j' repeats the key \"a\" in one object"),
     "text that is not UTF-8": ("s=a\udcffb", "variable 's' holds a lone surrogate (not UTF-8)"),
+    # once "should be int, got the text '\\udcff'": Python's stand-in for the byte, not the byte
+    "a number that is not UTF-8": ("n=\udcff", "variable 'n' holds a lone surrogate (not UTF-8)"),
 }
 
 

@@ -687,6 +687,12 @@ def test_a_cell_run_takes_a_preset(
     _, err = capsys.readouterr()
     assert not result.success and err.startswith("UsageError:") and err.count("\n") == 1
     assert "no preset 'coffee' in workflow 'notes' (presets: tea)" in err
+    # a name with an escape sequence is shown escaped, not sent to the terminal or the page
+    shell.user_ns["odd"] = "a\x1b[31mb"
+    result = run(shell, "%%iterion --run --preset $odd --store $store\n" + presets + WORKFLOW)
+    _, err = capsys.readouterr()
+    assert not result.success and "\x1b" not in err, err
+    assert "no preset 'a\\x1b[31mb' in workflow 'notes'" in err
 
 
 @pytest.mark.parametrize("bad", ["postgresql://u:hunter2@127.0.0.1:1/db", "a_file"])
