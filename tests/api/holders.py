@@ -41,6 +41,10 @@ HOLDER = textwrap.dedent(
             async def broken(**kwargs):
                 raise RuntimeError("boom in /home/someone/secret/store.duckdb: SELECT * FROM runs")
             store.list_runs = broken
+        if mode == "refusing":  # the database itself refuses what reads events
+            await store.flush()
+            con = store._con
+            await store._call(lambda: con.execute("ALTER TABLE events RENAME TO gone"))
         if mode == "faulty":  # and stderr is a pipe nobody reads: fill it
             blob = b"x" * 4096
             def fill():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 import typing
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -442,7 +443,6 @@ def test_every_route_is_fuzzed() -> None:
 # -- the holder's own logging ------------------------------------------------------------------
 def test_a_holder_whose_stderr_nobody_reads_keeps_answering(tmp_path: Path) -> None:
     import subprocess
-    import time
 
     db = tmp_path / "h.duckdb"
     # stderr: a pipe this test never reads, filled to the brim by the holder itself
@@ -463,7 +463,6 @@ def test_a_holder_whose_stderr_nobody_reads_keeps_answering(tmp_path: Path) -> N
 
 
 def test_each_error_is_one_line_without_a_traceback_and_rate_limited(tmp_path: Path) -> None:
-    import time
 
     db = tmp_path / "h.duckdb"
     with (tmp_path / "stderr.txt").open("w") as sink:
@@ -492,6 +491,40 @@ def test_each_error_is_one_line_without_a_traceback_and_rate_limited(tmp_path: P
         if m
     ]
     assert dropped and len(lines) + sum(dropped) == 3 + 300 + 1, lines
+
+
+def test_a_request_the_database_refuses_is_store_refused_without_its_text(
+    tmp_path: Path,
+) -> None:
+    """A checked request the database still refuses: 400 ``store_refused``, the SQL logged only.
+
+    The holder's database has lost the table that events are read from, as a
+    damaged file or a bug would leave it; runs, in another table, still read.
+    """
+    db = tmp_path / "h.duckdb"
+    with (tmp_path / "stderr.txt").open("w") as sink:
+        proc = start_holder(db, mode="refusing", stderr=sink)
+        raw = Raw(holder_of(db))
+        try:
+            refused = {
+                "a route": raw.send("GET", "/api/runs/r1/events"),
+                "a store call": raw.send("POST", "/api/store/events", b'{"args": ["r1"]}'),
+            }
+            status, run = raw.json("GET", "/api/runs/r1")
+            time.sleep(0.5)  # the error log is written by its own thread
+        finally:
+            raw.close()
+            stop(proc)
+    for name, (got, data) in refused.items():
+        body = check(got, data, tmp_path)
+        assert (got, body.get("code")) == (400, "store_refused"), (name, got, body)
+        assert "could not apply" in body["message"] and "gone" not in body["message"], body
+    assert status == 200 and run["status"] == "paused_waiting_human"
+    logged = (tmp_path / "stderr.txt").read_text()
+    # each request's line has the database's own words for whoever runs the holder (path cut)
+    for request in ("GET /api/runs/r1/events:", "POST /api/store/events:"):
+        assert f"{request} the run store <path> failed: Catalog Error" in logged, logged
+    assert str(tmp_path) not in logged and "Traceback" not in logged, logged
 
 
 # -- text, fields, media types, heads (the hostile review) ---------------------------------
