@@ -114,7 +114,11 @@ CODES: dict[str, CodeInfo] = {
     "C363": CodeInfo(_W, "upstream property ignored here (worktree, sandbox, memory, …)"),
     "C364": CodeInfo(_E, "malformed tool name, or an MCP tool of an unknown server"),
     "C365": CodeInfo(_W, "cycle no loop bounds, next to a loop (upstream accepts it)"),
-    "C366": CodeInfo(_W, "interaction_model or interaction_prompt where no model answers"),
+    "C366": CodeInfo(
+        _W,
+        "interaction_model or interaction_prompt where no model answers,"
+        " or min_answers where no person does",
+    ),
     # limits on hostile input (ours)
     "C300": CodeInfo(_E, "nesting too deep"),
     "C301": CodeInfo(_E, "number too large"),

@@ -632,6 +632,8 @@ class Builder:
     def _check_answerers(self) -> None:
         """C366: ``interaction_model`` / ``interaction_prompt`` where no model answers.
 
+        Also C366: ``min_answers`` where only a model answers (``interaction: llm``).
+
         On a human node they serve ``interaction: llm`` and ``llm_or_human``. No
         model answers an agent's or a judge's questions here (upstream's delegated
         questions): there they are read and ignored (C363).
@@ -642,6 +644,14 @@ class Builder:
                 continue  # elsewhere the property itself is refused (C350)
             mode = getattr(node, "interaction", "none")
             for prop in decl.properties:
+                if prop.name == "min_answers" and mode == "llm":
+                    self.diags.add(
+                        "C366",
+                        f"'min_answers:' has no effect on human '{name}' with interaction:"
+                        " llm: the model answers once and no person is asked (use"
+                        " llm_or_human to ask people when the model gives no answer)",
+                        prop.name_span,
+                    )
                 if prop.name not in ("interaction_model", "interaction_prompt"):
                     continue
                 if isinstance(node, m.AgentNode) and mode in ("llm", "llm_or_human"):

@@ -31,21 +31,17 @@ def output_fields(node: m.Node, schemas: dict[str, m.Schema]) -> dict[str, m.Typ
     """The fields a node's output has, or None when they cannot be known.
 
     A human node that asks several people (``min_answers`` above 1) outputs
-    the first answer's ``text`` and the list of ``answers``.
+    the first answer's ``text`` and the list of ``answers``, whoever answered
+    (with ``llm_or_human``, a model's answer is the one answer of the list).
     """
     schema_name = getattr(node, "output", None)
-    asks = node.interaction if isinstance(node, m.HumanNode) and node.min_answers > 1 else "llm"
-    several = asks != "llm"
-    if asks == "human":  # (a model's answer, with llm_or_human, has the schema's shape)
+    if isinstance(node, m.HumanNode) and node.min_answers > 1 and node.interaction != "llm":
         return dict(_SEVERAL_ANSWERS)
     if isinstance(schema_name, str):
         schema = schemas.get(schema_name)
         if schema is None:
             return None
-        fields = {f.name: f.type for f in schema.fields.values()}
-        return {**fields, **_SEVERAL_ANSWERS} if several else fields
-    if several:
-        return dict(_SEVERAL_ANSWERS)
+        return {f.name: f.type for f in schema.fields.values()}
     if isinstance(node, m.ComputeNode):
         return {e.field: m.TypeSpec("json") for e in node.exprs}
     return _FIXED_OUTPUTS.get(node.kind)

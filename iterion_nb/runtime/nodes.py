@@ -261,7 +261,11 @@ class NodeRunner:
                 parsed = _object_or_text(answer)  # a model answering a form writes JSON
                 answer = parsed if "text" not in parsed or len(parsed) > 1 else answer
             if answer is not None:
-                return self._human_output(node, answer)
+                output = self._human_output(node, answer)  # checked against the form
+                if node.interaction == "llm_or_human" and node.min_answers > 1:
+                    # the shape people's answers give, so the next node reads it alike
+                    return {"text": answer_text(answer), "answers": [answer]}
+                return output
             if node.interaction == "llm":
                 raise NodeError(node.name, "the model gave no answer (interaction: llm)")
         ids = [

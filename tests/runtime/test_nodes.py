@@ -378,6 +378,64 @@ workflow w:
     assert run.outputs["tally"] == {"first": "yes", "every": ["yes", "not yet"]}
 
 
+SEVERAL_OR_MODEL = """\
+schema verdict:
+  ship: bool
+  why: string
+
+human review:
+  instructions: "Ship it?"
+  interaction: llm_or_human
+  min_answers: 2
+  output: verdict
+
+compute tally:
+  expr:
+    first: "outputs.review.text"
+    every: "outputs.review.answers"
+
+workflow w:
+  entry: review
+  review -> tally
+  tally -> done
+"""
+
+
+async def test_a_gate_asking_two_people_reads_alike_when_the_model_answers(
+    make_session: SessionFactory,
+) -> None:
+    """``llm_or_human`` with ``min_answers: 2``: the model's answer once gave the schema's shape.
+
+    The next node's ``outputs.review.answers`` then failed the run when the
+    model answered, and ``outputs.review.ship`` when people did.
+    """
+    verdict = {"ship": True, "why": "tests pass"}
+    run = await run_to_end(make_session({"review": lambda r: verdict}), SEVERAL_OR_MODEL)
+    assert run.status == "finished", run.error
+    assert run.outputs["review"] == {"text": json.dumps(verdict, sort_keys=True),
+                                     "answers": [verdict]}  # fmt: skip
+    assert run.outputs["tally"]["every"] == [verdict]
+    # people: the same shape, one item per person
+    run = await run_to_end(make_session({"review": lambda r: None}), SEVERAL_OR_MODEL)
+    first, second = await run.pending_questions()
+    await run.answer(first.id, {"ship": True, "why": "fine"}, answered_by="ada")
+    await run.answer(second.id, {"ship": False, "why": "flaky"}, answered_by="bob")
+    assert await run.wait(10) == "finished"
+    assert [a["ship"] for a in run.outputs["tally"]["every"]] == [True, False]
+    # so a schema field is no output of the gate, whoever answers: refused at compile
+    fields = SEVERAL_OR_MODEL.replace('"outputs.review.answers"', '"outputs.review.ship"')
+    assert [d.code for d in it.analyze(fields).diagnostics] == ["C031"]
+
+
+def test_min_answers_where_only_a_model_answers_is_a_warning() -> None:
+    only_model = SEVERAL_OR_MODEL.replace("llm_or_human", "llm")  # the model's form, as one
+    only_model = only_model.replace('"outputs.review.answers"', '"outputs.review.ship"')
+    only_model = only_model.replace('"outputs.review.text"', '"outputs.review.why"')
+    (warning,) = it.analyze(only_model).diagnostics
+    assert (warning.code, warning.span.line) == ("C366", 8)
+    assert "'min_answers:' has no effect on human 'review' with interaction: llm" in warning.message
+
+
 async def test_answering_the_gate_resumes_the_run(make_session: SessionFactory) -> None:
     flow = 'human ok:\n  instructions: "Go?"\n\nworkflow w:\n  entry: ok\n  ok -> done\n'
     run = await run_to_end(make_session(), flow)
