@@ -390,7 +390,7 @@ async def _after_answer(
             outcome["resumed"] = outcome["resumed"] or latest.updated_at != before
             outcome["held_here"] = str(session.store.path)
         if not outcome["resumed"] and session.executor is not None and session.executor.error:
-            outcome["cluster_error"] = session.executor.error  # the workers' watchers may still
+            outcome.setdefault("resume_error", session.executor.error)  # (watchers may still)
         if outcome["resumed"] and _in_queue(latest):  # queued here: has a worker taken it?
             latest = await _taken_up(session, run_id, latest, outcome)
         outcome["run_status"] = latest.status
@@ -1257,7 +1257,7 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
                         f" held the store {result['held_here']}: one does once a process holds"
                         " it again (a notebook, JupyterLab, or"
                         f" `iterion-nb resume {run_id} --cluster ADDRESS`)"]  # fmt: skip
-            why = result.get("cluster_error")
+            why = result.get("resume_error")
             aside = f" (this command could not queue it itself: {why})" if why else ""
             return [f"answer {state}; no cluster worker has taken the run up yet:"
                     f" the first one that comes up resumes it{aside}"]  # fmt: skip

@@ -151,21 +151,27 @@ class AnswerOutcome:
     front-ends say. ``resume_needed``: the run is paused with every answer it
     waits for in, and nothing will resume it by itself (its process is gone,
     and the one that answered runs no workflows): someone must resume it.
+    ``resume_error``: why this process, which would have resumed the run,
+    could not (its Dask cluster cannot be reached, say); the answer is in.
     """
 
     queued: bool
     resumed: bool
     run_status: str
     resume_needed: bool = False
+    resume_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"queued", "resumed", "run_status", "resume_needed"}``."""
-        return {
+        """``{"queued", "resumed", "run_status", "resume_needed"}``, and ``resume_error`` if set."""
+        said: dict[str, Any] = {
             "queued": self.queued,
             "resumed": self.resumed,
             "run_status": self.run_status,
             "resume_needed": self.resume_needed,
         }
+        if self.resume_error is not None:
+            said["resume_error"] = self.resume_error
+        return said
 
 
 class Resumer(Protocol):
@@ -282,7 +288,7 @@ class AnswerService:
         except QuestionClosedError as err:
             raise await self._closed(run_id, err) from None
         resumed = await self._resume_if_ready(run_id, interaction_id, answered_by)
-        return await self._outcome(run_id, result.message is not None, resumed)
+        return await self._outcome(run_id, result.message is not None, *resumed)
 
     async def _refuse_if_over(self, run_id: str, interaction_id: str) -> None:
         """Refuse an answer to a run that ended for good: no agent would ever read it.
@@ -349,39 +355,49 @@ class AnswerService:
         resumed = await self._resume_if_ready(run_id, None, answered_by)  # what is in counts
         if raced is not None:
             raise raced
-        return await self._outcome(run_id, False, resumed)
+        return await self._outcome(run_id, False, *resumed)
 
-    async def _outcome(self, run_id: str, queued: bool, resumed: bool) -> AnswerOutcome:
+    async def _outcome(
+        self, run_id: str, queued: bool, resumed: bool, why_not: str | None = None
+    ) -> AnswerOutcome:
         """The outcome, with the run's status now and whether someone must resume it."""
         run = await self.store.get_run(run_id)
         stalled = (
             not resumed and run.lease is None and not is_cluster_run(run)
             and await ready_to_resume(self.store, run)
         )  # fmt: skip
-        return AnswerOutcome(queued, resumed, run.status, stalled)
+        if resumed or run.status != "paused_waiting_human":
+            why_not = None  # it went on all the same (a worker's watcher took it up)
+        return AnswerOutcome(queued, resumed, run.status, stalled, why_not)
 
-    async def _resume_if_ready(self, run_id: str, answered: str | None, by: str) -> bool:
+    async def _resume_if_ready(
+        self, run_id: str, answered: str | None, by: str
+    ) -> tuple[bool, str | None]:
+        """Whether the run resumed, and why this process could not resume it, if it tried."""
         run = await self.store.get_run(run_id)
         if run.status != "paused_waiting_human":
-            return False
+            return False, None
         needed = await awaited(self.store, run)
         if answered is not None and answered not in needed:
-            return False  # an answer the pause does not wait for: it changes nothing
+            return False, None  # an answer the pause does not wait for: it changes nothing
         if not await ready_to_resume(self.store, run):
-            return False
+            return False, None
         if is_cluster_run(run):
             # only the cluster executes its runs: this process queues it there when it has
             # the cluster, else (or when its scheduler is away) a worker's watcher takes it
             # up (see session.cluster), now or when a worker comes up
-            here = self.resumer is not None and self.resumer.on_cluster
-            if here and await self._resume_here(run_id, by):
-                return True
-            return await self._handed_over(run_id, unowned_ok=True, since=run.updated_at)
+            why_not = None
+            if self.resumer is not None and self.resumer.on_cluster:
+                resumed, why_not = await self._resume_here(run_id, by)
+                if resumed:
+                    return True, None
+            taken = await self._handed_over(run_id, unowned_ok=True, since=run.updated_at)
+            return taken, why_not
         parked_elsewhere = run.lease is not None and (
             self.resumer is None or run.lease.owner != self.resumer.claimant.id
         )
         if parked_elsewhere and await self._handed_over(run_id, unowned_ok=False):
-            return True  # its owner heard the doorbell and resumed it
+            return True, None  # its owner heard the doorbell and resumed it
         return await self._resume_here(run_id, by)
 
     async def _handed_over(
@@ -405,14 +421,15 @@ class AnswerService:
             await asyncio.sleep(0.02)
         return not unowned_ok  # still owned and alive: it resumes at its next look
 
-    async def _resume_here(self, run_id: str, by: str) -> bool:
+    async def _resume_here(self, run_id: str, by: str) -> tuple[bool, str | None]:
         if self.resumer is None:
-            return False
+            return False, None
         try:
             await self.resumer.resume_answered(run_id, by)
         except RunOwnedError:
-            return True  # another process took it first: it resumes there
-        except ResumeError:  # its parked watcher was faster: it went on (maybe ended) already
-            latest = await self.store.get_run(run_id)
-            return latest.status in ("running", "finished", "failed", "failed_resumable")
-        return True
+            return True, None  # another process took it first: it resumes there
+        except ResumeError as err:  # its parked watcher was faster: it went on (maybe ended)
+            latest = await self.store.get_run(run_id)  # already; or this process cannot
+            went_on = latest.status in ("running", "finished", "failed", "failed_resumable")
+            return went_on, None if went_on else str(err)
+        return True, None

@@ -534,7 +534,7 @@ class Session:
             try:
                 await self.executor.connected()
             except IterionError as err:
-                raise ResumeError(f"the run was not resumed: {err}") from None
+                raise ResumeError(str(err)) from None  # the answer's outcome says it
         await self._one_resume(run_id, ANSWERED_TAKES, answered_by=answered_by)
 
     def _launch(

@@ -96,12 +96,13 @@ def chdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("scheduler_away", [False, True])
+@pytest.mark.parametrize("scheduler_away", ["no", "cli", "python"])
 async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_takes_it(
-    chdir: Path, postgres_url: str, scheduler_away: bool
+    chdir: Path, postgres_url: str, scheduler_away: str
 ) -> None:
     """Answered by a CLI without the cluster, or whose ITERION_NB_CLUSTER does not answer
-    (then it says why it did not queue the run itself)."""
+    (then it says why it did not queue the run itself), or from Python with such a cluster
+    (the answer's outcome says why, as ``resume_error``)."""
     store = schema_url(postgres_url)
     cluster = await asyncio.to_thread(CliCluster, chdir, 2, store)
     session = Session(store, cluster=cluster.address, workdir=chdir)
@@ -113,17 +114,27 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
         # answered with the CLI of a process without the cluster: it does not run it itself
         env = {k: v for k, v in os.environ.items() if not k.startswith("ITERION_NB_")}
         away = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
-        if scheduler_away:
-            env["ITERION_NB_CLUSTER"] = away
-        answered = await asyncio.to_thread(
-            subprocess.run, [CLI, "runs", "answer", run.id, question.id, "yes", "--store", store],
-            capture_output=True, text=True, timeout=120, env=env, check=False,
-        )  # fmt: skip
-        assert answered.returncode == 0, answered.stderr
-        assert "the first one that comes up resumes it" in answered.stdout, answered.stdout
-        why = f"(this command could not queue it itself: no Dask scheduler at {away}: nothing"
-        assert (why in answered.stdout) is scheduler_away, answered.stdout
-        assert "Traceback" not in answered.stderr
+        if scheduler_away == "python":
+            elsewhere = Session(store, cluster=away, workdir=chdir)
+            try:
+                said = await elsewhere.run(run.id).answer(question.id, "yes", answered_by="ada")
+            finally:
+                await elsewhere.close()
+            assert said["resumed"] is False and said["run_status"] == "paused_waiting_human"
+            assert said["resume_error"].startswith(f"no Dask scheduler at {away}: "), said
+        else:
+            if scheduler_away == "cli":
+                env["ITERION_NB_CLUSTER"] = away
+            answered = await asyncio.to_thread(
+                subprocess.run,
+                [CLI, "runs", "answer", run.id, question.id, "yes", "--store", store],
+                capture_output=True, text=True, timeout=120, env=env, check=False,
+            )  # fmt: skip
+            assert answered.returncode == 0, answered.stderr
+            assert "the first one that comes up resumes it" in answered.stdout, answered.stdout
+            why = f"(this command could not queue it itself: no Dask scheduler at {away}: nothing"
+            assert (why in answered.stdout) is (scheduler_away == "cli"), answered.stdout
+            assert "Traceback" not in answered.stderr
         assert (await run.refresh()).status == "paused_waiting_human"  # nobody to take it
         await asyncio.to_thread(cluster.add_worker)  # the first worker that comes up ...
 
