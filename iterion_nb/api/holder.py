@@ -38,7 +38,7 @@ from iterion_nb.api.handlers import (
 )
 from iterion_nb.api.service import RunService
 from iterion_nb.api.store_rpc import store_routes
-from iterion_nb.errors import ResumeError, RunError
+from iterion_nb.errors import ResumeError, RunError, StoreFileError
 from iterion_nb.runtime.answers import AnswerService
 from iterion_nb.runtime.doorbell import Doorbell
 from iterion_nb.runtime.ownership import cancel_wait, owned_error
@@ -154,7 +154,15 @@ class Holder:
         self._ready.wait(10)
         if self._error is not None:
             raise self._error
-        self._publish()
+        try:
+            self._publish()
+        except OSError as err:  # (a directory, say, where the holder file goes)
+            self.stop()
+            path = holder_file(self.db_path)
+            raise StoreFileError(
+                f"cannot write the holder file {path}, through which other processes reach"
+                f" the run store: {err.strerror or err}; move what is there away"
+            ) from None
         atexit.register(self._unpublish)
         return self
 

@@ -131,6 +131,16 @@ def _read_only_cause(text: str) -> str | None:
     return next((why for words, why in _READ_ONLY_CAUSES.items() if words in lowered), None)
 
 
+def _may_write_in(folder: Path) -> bool:
+    """Whether this process may create files in ``folder``.
+
+    Checked as the process is (effective ids and capabilities): a root that
+    may not override file modes is refused as any user would be.
+    """
+    effective = os.access in os.supports_effective_ids
+    return os.access(folder, os.W_OK | os.X_OK, effective_ids=effective)
+
+
 def _connect(path: Path) -> tuple[duckdb.DuckDBPyConnection, str | None]:
     """A connection to ``path``, and why it is read-only (None: it is not).
 
@@ -155,6 +165,15 @@ def _connect(path: Path) -> tuple[duckdb.DuckDBPyConnection, str | None]:
             raise StoreFileError(f"cannot open the run store {path}: {text}") from None
     except duckdb.Error as err:
         raise StoreFileError(f"cannot open the run store {path}: {err}") from None
+    if read_only is None and not _may_write_in(path.parent):
+        # the file may be written, its directory not: the first commit would fail on the
+        # write-ahead log DuckDB keeps beside it (and no holder file could be published)
+        con.close()
+        read_only = f"its directory {path.parent} may not be written"
+        try:
+            con = duckdb.connect(str(path), read_only=True, config=CONNECT_CONFIG)
+        except duckdb.Error as err:
+            raise StoreFileError(f"cannot open the run store {path}: {err}") from None
     # DuckDB draws a progress bar on stdout for queries over 2 s: into a notebook
     # cell's output, or into `--json` output. Never (a setting of this connection).
     con.execute("SET enable_progress_bar = false")
