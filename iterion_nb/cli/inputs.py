@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from iterion_nb.session.launch import (
     unscripted_refusal,
 )
 from iterion_nb.store.location import STORE_ENV, check_store_spec
-from iterion_nb.view.text import CONTROLS, limit_arg, plain
+from iterion_nb.view.text import id_arg, limit_arg, plain
 
 #: Exit code of bad usage and of a file that cannot be used.
 EXIT_USAGE = 2
@@ -148,22 +147,4 @@ def check_stores(args: argparse.Namespace) -> None:
             raise InputError(f"{where}{err}") from None
 
 
-def id_arg(text: str) -> str:
-    """A run or question id (or a name such as ``--as``): UTF-8 text, no control characters.
-
-    A byte that is not UTF-8 reaches Python as a lone surrogate, which no store
-    can look up or keep: refused here, with the bytes shown, before a store opens.
-    """
-    if not text:
-        raise argparse.ArgumentTypeError("must not be empty")
-    if _SURROGATES.search(text):
-        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise argparse.ArgumentTypeError(f"is not UTF-8 text: '{plain(shown)}'")
-    if CONTROLS.search(text):
-        raise argparse.ArgumentTypeError(f"holds a control character: '{plain(text)}'")
-    return text
-
-
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-__all__ = ["limit_arg", "plain"]  # where the commands have always found them
+__all__ = ["id_arg", "limit_arg", "plain"]  # where the commands have always found them

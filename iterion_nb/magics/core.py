@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import builtins
 import concurrent.futures
+import contextlib
 import inspect
 import json
 import keyword
@@ -22,7 +23,7 @@ import sys
 import types
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,14 @@ from iterion_nb.store.location import (
     url_password,
 )
 from iterion_nb.store.remote import RemoteStore
-from iterion_nb.view.text import already_answered, count_arg, limit_arg, seconds_arg
+from iterion_nb.view.text import (
+    already_answered,
+    count_arg,
+    id_arg,
+    limit_arg,
+    plain,
+    seconds_arg,
+)
 from iterion_nb.widgets import InboxWidget
 
 #: Sessions by store file, kept across ``%reload_ext`` so live runs stay reachable.
@@ -88,6 +96,36 @@ _CALL = re.compile(r"(?<!await )(get_ipython\(\)\.run_(?:line|cell)_magic\('iter
 _UNEXPANDED = re.compile(
     r"\{([A-Za-z_][\w.]*(?:\[[^\]{}]*\])*)\}|\$([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)"
 )
+
+
+def _shown(text: str) -> str:
+    r"""``text`` fit for a cell's one-line error: control characters and lone surrogates escaped.
+
+    What a user typed is echoed in the errors; an escape sequence in it
+    (``\x1b[31m``) would recolour the output or retitle a terminal.
+    """
+    return plain(text.strip().encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+def _path_arg(text: str) -> str:
+    """A file or store path: one without U+0000, which no file name holds."""
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"holds U+0000, which no path can: '{_shown(text)}'")
+    return text
+
+
+@contextlib.contextmanager
+def _one_line() -> Iterator[None]:
+    """A magic's UsageError, its text made safe to show (see :func:`_shown`)."""
+    try:
+        yield
+    except UsageError as err:
+        raise UsageError(_shown(str(err))) from None
+
+
+async def _safely_said(coro: Coroutine[Any, Any, Any]) -> Any:
+    with _one_line():
+        return await coro
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,11 +145,13 @@ def _cell_parser() -> _Parser:
     p.add_argument("--var", action="append", default=[], metavar="K=V")
     p.add_argument("--scenario", metavar="EXPR", help="a scenario dict or file path (Python)")
     p.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: the workflow's)")
-    p.add_argument("--store", help="the run store (default: .iterion or ITERION_NB_STORE)")
+    p.add_argument(
+        "--store", type=_path_arg, help="the run store (default: .iterion or ITERION_NB_STORE)"
+    )
     p.add_argument("--preset", help="start from one of the workflow's presets: (--var wins)")
     p.add_argument("--attach", action="append", default=[], metavar="NAME=PATH")
-    p.add_argument("--answers", metavar="FILE", help="pinned answers (runs answers --export)")
-    p.add_argument("--answers-from", metavar="RUN", help="pin the answers run RUN got")
+    p.add_argument("--answers", type=_path_arg, metavar="FILE", help="pinned answers")
+    p.add_argument("--answers-from", type=id_arg, metavar="RUN", help="pin run RUN's answers")
     return p
 
 
@@ -122,34 +162,34 @@ def _line_parser() -> _Parser:
     runs.add_argument("--status", choices=RUN_STATUSES, metavar="STATUS")
     runs.add_argument("--limit", type=limit_arg, default=20)
     inbox = verbs.add_parser("inbox", add_help=False)
-    inbox.add_argument("run_id", nargs="?")
+    inbox.add_argument("run_id", nargs="?", type=id_arg)
     questions = verbs.add_parser("questions", add_help=False)
-    questions.add_argument("run_id")
+    questions.add_argument("run_id", type=id_arg)
     questions.add_argument("--wait", type=count_arg, default=0, metavar="N")
     questions.add_argument("--timeout", type=seconds_arg, default=60.0, metavar="S")
     answer = verbs.add_parser("answer", add_help=False)
-    answer.add_argument("run_id")
-    answer.add_argument("interaction_id")
+    answer.add_argument("run_id", type=id_arg)
+    answer.add_argument("interaction_id", type=id_arg)
     answer.add_argument("text", nargs="+")
     answer.add_argument("--if-pending", action="store_true", dest="if_pending")
     answer.add_argument("--json", action="store_true", dest="json_value")
     resume = verbs.add_parser("resume", add_help=False)
-    resume.add_argument("run_id")
+    resume.add_argument("run_id", type=id_arg)
     resume.add_argument("--scenario", metavar="EXPR")
     resume.add_argument("--workflow", metavar="NAME")
     resume.add_argument("--force", action="store_true")
     for verb in ("show", "cancel", "wait"):
-        verbs.add_parser(verb, add_help=False).add_argument("run_id")
+        verbs.add_parser(verb, add_help=False).add_argument("run_id", type=id_arg)
     pinned = verbs.add_parser("answers", add_help=False)
-    pinned.add_argument("run_id")
-    pinned.add_argument("--export", metavar="FILE")
+    pinned.add_argument("run_id", type=id_arg)
+    pinned.add_argument("--export", type=_path_arg, metavar="FILE")
     report = verbs.add_parser("report", add_help=False)
-    report.add_argument("run_id")
+    report.add_argument("run_id", type=id_arg)
     report.add_argument("--format", choices=("html", "md", "json"))
-    report.add_argument("-o", "--output")
+    report.add_argument("-o", "--output", type=_path_arg)
     verbs.choices["wait"].add_argument("--timeout", type=seconds_arg, metavar="S")
     for sub in verbs.choices.values():
-        sub.add_argument("--store")
+        sub.add_argument("--store", type=_path_arg)
     return p
 
 
@@ -254,8 +294,9 @@ class IterionMagics(Magics):
         of the file go through this loop): that one runs to its end at once on
         a loop of its own, so the cell shows its result itself, as a notebook
         executed by nbconvert saves it (nbclient drops what comes once the cell
-        is over).
+        is over). A UsageError's text is made safe to show (see :func:`_shown`).
         """
+        coro = _safely_said(coro)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -296,6 +337,10 @@ class IterionMagics(Magics):
 
         ``--answers FILE`` / ``--answers-from RUN`` pin answers (see docs/jupyter.md).
         """
+        with _one_line():
+            return self._cell(line, cell)
+
+    def _cell(self, line: str, cell: str) -> Any:
         args = _cell_parser().parse_args(_split(line))
         self._expanded("%%iterion", args.store)
         given = _checked_options(args)
@@ -383,6 +428,10 @@ class IterionMagics(Magics):
     @line_magic("iterion")  # type: ignore[arg-type]
     def iterion_line(self, line: str) -> Any:
         """``%iterion runs | inbox [RUN] | answer RUN IID TEXT | resume | cancel | wait RUN``."""
+        with _one_line():
+            return self._line(line)
+
+    def _line(self, line: str) -> Any:
         words = _split(line)
         if not words:
             raise UsageError(USAGE)

@@ -1,6 +1,6 @@
 """Text for a person at a terminal or in a notebook, said the same by the CLI and the magics.
 
-Terminal-safe text (:func:`plain`), list limits (:func:`limit_arg`), seconds
+Terminal-safe text (:func:`plain`), ids (:func:`id_arg`), list limits (:func:`limit_arg`), seconds
 and counts (:func:`seconds_arg`, :func:`count_arg`), and the refusal of a
 second answer naming who gave the first (:func:`already_answered`).
 """
@@ -37,6 +37,35 @@ def _escaped(match: re.Match[str]) -> str:
         return _NAMED[char]
     code = ord(char)
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+#: A lone surrogate: how Python holds a byte that is not UTF-8 (from a terminal, a file name).
+SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: Any) -> bool:
+    """Whether ``text`` is a str a store can keep and a screen shows as it is.
+
+    UTF-8 (no lone surrogate) and no control character (see :data:`CONTROLS`).
+    """
+    return isinstance(text, str) and not CONTROLS.search(text) and not SURROGATES.search(text)
+
+
+def id_arg(text: str) -> str:
+    """A run or question id (or a name such as ``--as``): UTF-8 text, no control characters.
+
+    A byte that is not UTF-8 reaches Python as a lone surrogate, which no store
+    can look up or keep: refused here, with the bytes shown, before a store opens
+    (the CLI's arguments and the magics' alike).
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    if SURROGATES.search(text):
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise argparse.ArgumentTypeError(f"is not UTF-8 text: '{plain(shown)}'")
+    if CONTROLS.search(text):
+        raise argparse.ArgumentTypeError(f"holds a control character: '{plain(text)}'")
+    return text
 
 
 def clip(text: str, width: int = 200) -> str:

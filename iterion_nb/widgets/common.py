@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterion_nb.errors import IterionError
+from iterion_nb.errors import AlreadyAnsweredError, IterionError
+from iterion_nb.runtime.ports import Store
+from iterion_nb.runtime.wire import interaction_json
+from iterion_nb.view.text import already_answered, clean_text
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -67,8 +70,8 @@ def front_end_identity(named: Any) -> str | None:
     if not isinstance(named, str):
         return None
     name = " ".join(named.split())  # one line: it is shown in tables and sentences
-    if len(name) > MAX_NAME or _NOBODY.match(name):
-        return None
+    if len(name) > MAX_NAME or _NOBODY.match(name) or not clean_text(name):
+        return None  # (the store refuses a name with control characters: the click would fail)
     return name
 
 
@@ -105,12 +108,19 @@ def outcome_text(outcome: dict[str, Any], run_id: str | None = None) -> str:
     A run that nothing executes (``interrupted``, ``failed_resumable``,
     ``cancelled``, or paused with every answer in while its process is gone:
     ``resume_needed``) keeps the answer until it is resumed, which this says,
-    with the command that resumes it (the JupyterLab sidebar says the same).
+    with the command that resumes it (the JupyterLab sidebar says the same). A
+    cluster this session could not reach (``resume_error``) is named.
     """
     status = str(outcome.get("run_status") or "")
     run = f"run {run_id}" if run_id else "the run"
     if outcome.get("resumed"):
         return "Answered — the run goes on"
+    if outcome.get("resume_error"):  # this session's cluster should have taken it up
+        return (
+            f"Saved — every answer {run} waits for is in, but this session could not send it"
+            f" to its cluster ({outcome['resume_error']}): the first worker that comes up"
+            " takes it"
+        )
     if outcome.get("resume_needed"):  # paused, answered, and its process is gone
         return (
             f"Saved — every answer {run} waits for is in, but nothing executes it:"
@@ -159,6 +169,7 @@ class Answering:
 
     last_result: dict[str, Any]
     run_id: str | None
+    store: Store
     _answer: AnswerFn | None
     _tasks: set[asyncio.Task[Any]]
     answered_by: str | None
@@ -196,13 +207,13 @@ class Answering:
 
     async def submit(self, content: dict[str, Any], who: str | None = None) -> dict[str, Any]:
         """Answer one question as the front-end asked; the outcome goes to ``last_result``."""
-        iid = str(content.get("interaction_id", ""))
-        run_id = str(content.get("run_id") or self._known_run(iid) or "")
+        sent = content.get("interaction_id")
+        iid = sent if isinstance(sent, str) else ""
+        run_id = ""
         who = who or self.answered_by or who_clicked(content.get("answered_by"))
         was_pending = iid in self._pending_ids()
         try:
-            if not iid or not run_id:
-                raise IterionError("the answer names no question")
+            run_id = self._run_of(iid, content.get("run_id"))
             if self._answer is None:
                 raise IterionError("this view cannot answer: use the inbox (%iterion inbox)")
             outcome = await self._answer(run_id, iid, content.get("answer"), who)
@@ -212,7 +223,9 @@ class Answering:
             status = "running" if resuming else outcome.get("run_status")
             self._banner = Banner(run_id, iid, status, was_pending, False, resuming)
         except IterionError as err:
-            result = {"interaction_id": iid, "error": str(err)}
+            result = {"interaction_id": iid, "error": await self._refusal(err, iid)}
+            # answered by another meanwhile: that is why it left the list, so the refusal stays
+            was_pending = was_pending and not isinstance(err, AlreadyAnsweredError)
             self._banner = Banner(run_id, iid, None, was_pending, error=True)
         except Exception as err:  # shown in the widget, never lost
             result = {"interaction_id": iid, "error": f"{type(err).__name__}: {err}"}
@@ -220,6 +233,36 @@ class Answering:
         self.last_result = result
         await self.refresh()
         return result
+
+    def _run_of(self, iid: str, sent: Any) -> str:
+        """The run of the question a message answers: the one the widget shows it in, else as sent.
+
+        Raises:
+            IterionError: The message names no question, or another run than
+                the one this widget answers the question for.
+        """
+        if not iid or not clean_text(iid):
+            raise IterionError("the answer names no question")
+        known = self._known_run(iid)
+        if sent is None or sent == "":
+            if not known:
+                raise IterionError("the answer names no question")
+            return known
+        if not clean_text(sent):
+            raise IterionError("the answer names no run")
+        if known and sent != known:
+            raise IterionError(
+                f"the answer names run '{sent}', but this view answers question '{iid}'"
+                f" for run '{known}': nothing sent"
+            )
+        return str(sent)
+
+    async def _refusal(self, err: IterionError, iid: str) -> str:
+        """Why an answer was refused; a second answer says who gave the first, and what."""
+        if isinstance(err, AlreadyAnsweredError):
+            with contextlib.suppress(IterionError):
+                return already_answered(interaction_json(await self.store.get_interaction(iid)))
+        return str(err)
 
     def keep_banner_true(self, status: str | None, pending: set[str]) -> None:
         """Once the run moved on, say so in the banner; a refusal goes once it is moot.

@@ -27,6 +27,7 @@ import pytest
 import iterion_nb as it
 from iterion_nb.session import Session
 from iterion_nb.session.cluster import SCAN_INTERVAL
+from iterion_nb.widgets.common import outcome_text
 from tests.pgserver import PgServer
 
 from .procs import CliCluster, free_port
@@ -122,6 +123,11 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
                 await elsewhere.close()
             assert said["resumed"] is False and said["run_status"] == "paused_waiting_human"
             assert said["resume_error"].startswith(f"no Dask scheduler at {away}: "), said
+            # what a widget's banner and %iterion answer say of it
+            assert outcome_text(said, run.id).startswith(
+                f"Saved — every answer run {run.id} waits for is in, but this session could not"
+                f" send it to its cluster (no Dask scheduler at {away}: "
+            ), outcome_text(said, run.id)
         else:
             if scheduler_away == "cli":
                 env["ITERION_NB_CLUSTER"] = away
