@@ -27,7 +27,7 @@ from iterion_nb.session.launch import (
     unscripted_refusal,
 )
 from iterion_nb.store.location import STORE_ENV, check_store_spec
-from iterion_nb.view.text import id_arg, limit_arg, plain
+from iterion_nb.view.text import id_arg, limit_arg, plain, store_arg
 
 #: Exit code of bad usage and of a file that cannot be used.
 EXIT_USAGE = 2
@@ -115,19 +115,6 @@ def _check_attachments(given: list[str]) -> None:
             raise InputError(f"attachment '{name}': {err}") from None
 
 
-def store_arg(text: str) -> str:
-    """``--store``: a path or URL, not nothing (as an unset ``$VARIABLE`` gives), well formed."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "is empty: name a store (a path or a postgresql:// URL); was a variable unset?"
-        )
-    try:
-        check_store_spec(text)
-    except StoreError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return text
-
-
 def check_stores(args: argparse.Namespace) -> None:
     """Refuse a malformed store name the command uses: ``ITERION_NB_STORE``, ``store copy``'s.
 
@@ -147,4 +134,4 @@ def check_stores(args: argparse.Namespace) -> None:
             raise InputError(f"{where}{err}") from None
 
 
-__all__ = ["id_arg", "limit_arg", "plain"]  # where the commands have always found them
+__all__ = ["id_arg", "limit_arg", "plain", "store_arg"]  # where the commands have always found them

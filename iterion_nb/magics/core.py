@@ -79,6 +79,7 @@ from iterion_nb.view.text import (
     limit_arg,
     plain,
     seconds_arg,
+    store_arg,
 )
 from iterion_nb.widgets import InboxWidget
 
@@ -146,7 +147,7 @@ def _cell_parser() -> _Parser:
     p.add_argument("--scenario", metavar="EXPR", help="a scenario dict or file path (Python)")
     p.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: the workflow's)")
     p.add_argument(
-        "--store", type=_path_arg, help="the run store (default: .iterion or ITERION_NB_STORE)"
+        "--store", type=store_arg, help="the run store (default: .iterion or ITERION_NB_STORE)"
     )
     p.add_argument("--preset", help="start from one of the workflow's presets: (--var wins)")
     p.add_argument("--attach", action="append", default=[], metavar="NAME=PATH")
@@ -189,7 +190,7 @@ def _line_parser() -> _Parser:
     report.add_argument("-o", "--output", type=_path_arg)
     verbs.choices["wait"].add_argument("--timeout", type=seconds_arg, metavar="S")
     for sub in verbs.choices.values():
-        sub.add_argument("--store", type=_path_arg)
+        sub.add_argument("--store", type=store_arg)
     return p
 
 

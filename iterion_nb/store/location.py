@@ -218,8 +218,10 @@ def check_store_spec(spec: str | os.PathLike[str]) -> None:
     Raises:
         StoreError: A URL that is malformed (its host or port cannot be
             parsed; the message masks its password), or a path that is not
-            valid UTF-8 (DuckDB cannot open it).
+            valid UTF-8 (DuckDB cannot open it) or holds U+0000 (no path can).
     """
+    if "\x00" in os.fspath(spec):
+        raise StoreError("the store's name holds U+0000, which no path or URL can")
     url = store_url(spec)
     if url is not None:
         _check_url(url)

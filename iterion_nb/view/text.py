@@ -1,6 +1,7 @@
 """Text for a person at a terminal or in a notebook, said the same by the CLI and the magics.
 
-Terminal-safe text (:func:`plain`), ids (:func:`id_arg`), list limits (:func:`limit_arg`), seconds
+Terminal-safe text (:func:`plain`), ids and stores (:func:`id_arg`,
+:func:`store_arg`), list limits (:func:`limit_arg`), seconds
 and counts (:func:`seconds_arg`, :func:`count_arg`), and the refusal of a
 second answer naming who gave the first (:func:`already_answered`).
 """
@@ -11,6 +12,9 @@ import argparse
 import json
 import re
 from typing import Any
+
+from iterion_nb.errors import StoreError
+from iterion_nb.store.location import check_store_spec
 
 #: The most runs one listing returns (REST ``?limit=``, ``runs list --limit``, ``%iterion runs``).
 MAX_LIST_LIMIT = 10_000
@@ -65,6 +69,19 @@ def id_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"is not UTF-8 text: '{plain(shown)}'")
     if CONTROLS.search(text):
         raise argparse.ArgumentTypeError(f"holds a control character: '{plain(text)}'")
+    return text
+
+
+def store_arg(text: str) -> str:
+    """``--store``: a path or URL, not nothing (as an unset ``$VARIABLE`` gives), well formed."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "is empty: name a store (a path or a postgresql:// URL); was a variable unset?"
+        )
+    try:
+        check_store_spec(text)
+    except StoreError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     return text
 
 

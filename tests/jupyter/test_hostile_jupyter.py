@@ -93,7 +93,6 @@ def test_a_cell_naming_a_run_to_replay_that_is_not_utf8_says_so(shell: Interacti
     [
         ("%iterion answers {r.id} --export {nul}", "--export"),
         ("%iterion report {r.id} -o {nul}", "-o/--output"),
-        ("%iterion runs --store {nul}", "--store"),
     ],
 )
 def test_a_path_holding_nul_is_one_line_not_a_traceback(
@@ -105,10 +104,26 @@ def test_a_path_holding_nul_is_one_line_not_a_traceback(
     assert f"argument {option}: holds U+0000, which no path can: 'a\\x00b'" in message, message
 
 
-@pytest.mark.parametrize("option", ["--store {nul}", "--answers {nul} --store $store"])
-def test_a_cell_given_a_path_holding_nul_is_one_line(shell: InteractiveShell, option: str) -> None:
-    """Before: a ValueError traceback from opening the store or reading the answers."""
-    line = f"%%iterion --run --var topic=t --scenario scenario {option}"
+@pytest.mark.parametrize(
+    ("store", "said"),
+    [
+        ("{nul}", "argument --store: the store's name holds U+0000, which no path or URL can"),
+        # once the default store, silently, as when the variable was unset
+        ("''", "argument --store: is empty: name a store (a path or a postgresql:// URL)"),
+        ("postgresql://h:port/db", "--store: the store URL postgresql://h:***/db is malformed"),
+    ],
+)
+def test_a_store_no_store_has_is_refused_as_the_cli_refuses_it(
+    shell: InteractiveShell, store: str, said: str
+) -> None:
+    for line in (f"%iterion runs --store {store}", f"%%iterion --run --store {store}\n"):
+        message = refused(shell, line + WORKFLOW * line.startswith("%%"))
+        assert said in message, message
+
+
+def test_a_cell_given_a_path_holding_nul_is_one_line(shell: InteractiveShell) -> None:
+    """Before: a ValueError traceback from reading the answers."""
+    line = "%%iterion --run --var topic=t --scenario scenario --answers {nul} --store $store"
     assert "holds U+0000, which no path can" in refused(shell, line + "\n" + WORKFLOW)
 
 
