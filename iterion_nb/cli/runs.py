@@ -54,6 +54,7 @@ from iterion_nb.errors import (
     CompileError,
     InvalidAnswerError,
     IterionError,
+    RunError,
     RunOwnedError,
     StoreError,
 )
@@ -70,7 +71,12 @@ from iterion_nb.safe_input import InputFileError, read_bytes, shown_path
 from iterion_nb.session import RunHandle, Session, SessionService
 from iterion_nb.session.cluster import CLUSTER_ENV, reach_scheduler
 from iterion_nb.session.core import SourceChangedError
-from iterion_nb.session.launch import answers_yaml, attachment_values, check_scenario_nodes
+from iterion_nb.session.launch import (
+    answers_yaml,
+    attachment_values,
+    check_scenario_nodes,
+    write_answers,
+)
 from iterion_nb.store import STORE_ENV, DuckDBStore, resolve_store_path
 from iterion_nb.store.holder_file import HolderInfo, find_holder
 from iterion_nb.store.location import mask_url, missing_store, store_url
@@ -1295,15 +1301,13 @@ def _kept(result: Any, run_id: str, status: str, resume: str) -> str:
 
 def _export(result: dict[str, Any], target: str, out: TextIO) -> int:
     """Write a run's answers as the YAML ``run --answers`` reads."""
-    text = answers_yaml(result["run"], result["workflow"], result["answers"])
     if target == "-":
-        out.write(text)
+        out.write(answers_yaml(result["run"], result["workflow"], result["answers"]))
         return 0
-    path = Path(target)
     try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise CliError(f"cannot write {path}: {err.strerror or err}") from None
+        path = write_answers(target, result["run"], result["workflow"], result["answers"])
+    except RunError as err:
+        raise CliError(str(err)) from None
     count = len(result["answers"])
     out.write(f"wrote {count} answer{'s' * (count != 1)} of run {result['run']} to {path}\n")
     return 0

@@ -41,6 +41,7 @@ from iterion_nb.errors import (
     InvalidAnswerError,
     IterionError,
     NotFoundError,
+    RunError,
     StoreError,
 )
 from iterion_nb.ir import analyze, compile_stored
@@ -58,10 +59,10 @@ from iterion_nb.session import Session
 from iterion_nb.session.cluster import CLUSTER_ENV, EXECUTOR, ClusterStoreError, DaskExecutor
 from iterion_nb.session.core import SourceChangedError
 from iterion_nb.session.launch import (
-    answers_yaml,
     attachment_values,
     read_answers,
     unscripted_refusal,
+    write_answers,
 )
 from iterion_nb.store.location import (
     is_store_url,
@@ -592,11 +593,10 @@ class IterionMagics(Magics):
                      json.dumps(p["answer"], ensure_ascii=False)] for p in pins]  # fmt: skip
             title = f"{len(rows)} answer(s) of run {run.id}"
             return Table(title, ["node", "question", "options", "answer"], rows)
-        path = Path(args.export)
         try:
-            path.write_text(answers_yaml(run.id, run.workflow, pins), encoding="utf-8")
-        except OSError as err:
-            raise UsageError(f"%iterion answers: cannot write {path}: {err.strerror}") from None
+            write_answers(args.export, run.id, run.workflow, pins)
+        except RunError as err:
+            raise UsageError(f"%iterion answers: {err}") from None
         return f"wrote {len(pins)} answer(s) of run {run.id} to {args.export}"
 
     async def _wait(self, session: Session, args: argparse.Namespace) -> str:

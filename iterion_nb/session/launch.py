@@ -170,6 +170,32 @@ def answers_yaml(run_id: str, workflow: str, pins: Sequence[Mapping[str, Any]]) 
     return head + yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
+def write_answers(
+    target: str | os.PathLike[str], run_id: str, workflow: str, pins: Sequence[Mapping[str, Any]]
+) -> Path:
+    """Write :func:`answers_yaml` to ``target``, making the directories missing on the way.
+
+    (As a report is written: ``runs answers --export`` and ``%iterion answers --export``.)
+
+    Raises:
+        RunError: The file cannot be written there, naming it and why.
+    """
+    path = Path(target)
+    if path.is_dir():
+        raise RunError(f"cannot write {path}: it is a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise RunError(f"cannot write {path}: a part of its directory is a file") from None
+    except OSError as err:
+        raise RunError(f"cannot write {path}: {err.strerror or err}") from None
+    try:
+        path.write_text(answers_yaml(run_id, workflow, pins), encoding="utf-8")
+    except OSError as err:
+        raise RunError(f"cannot write {path}: {err.strerror or err}") from None
+    return path
+
+
 def attachment_values(wf: m.Workflow, given: Mapping[str, Any] | None) -> dict[str, Any]:
     """The files given for the workflow's ``attachments:``: path, url, mime, size, sha256.
 

@@ -66,6 +66,14 @@ def test_export_then_replay_from_the_file_and_from_the_run(tmp_path: Path) -> No
     assert done.stdout == f"wrote 2 answers of run {recorded} to answers.yaml\n"
     document = yaml.safe_load((tmp_path / "answers.yaml").read_text())
     assert document["run"] == recorded and len(document["answers"]) == 2
+    # the directories on the way are made, as for a report (once: No such file or directory)
+    nested = cli("runs", "answers", recorded, "--export", "pins/v1/a.yaml", cwd=tmp_path)
+    assert nested.returncode == 0, nested.stderr
+    assert yaml.safe_load((tmp_path / "pins/v1/a.yaml").read_text()) == document
+    into_a_folder = cli("runs", "answers", recorded, "--export", "pins", cwd=tmp_path)
+    assert (into_a_folder.returncode, into_a_folder.stderr) == (
+        1, "iterion-nb: cannot write pins: it is a directory\n"
+    )  # fmt: skip
     outputs = json.loads(cli("runs", "show", recorded, "--json", cwd=tmp_path).stdout)["outputs"]
 
     for how in (["--answers", "answers.yaml"], ["--answers-from", recorded]):
