@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import os
 import secrets
 import threading
@@ -159,9 +160,11 @@ class Holder:
         except OSError as err:  # (a directory, say, where the holder file goes)
             self.stop()
             path = holder_file(self.db_path)
+            in_the_way = err.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST)
             raise StoreFileError(
                 f"cannot write the holder file {path}, through which other processes reach"
-                f" the run store: {err.strerror or err}; move what is there away"
+                f" the run store: {err.strerror or err}"
+                + ("; move what is there away" if in_the_way else "")
             ) from None
         atexit.register(self._unpublish)
         return self

@@ -394,6 +394,8 @@ async def _after_answer(
             before = latest.updated_at
             latest = await _serve_workers(session, run_id, latest, began)
             outcome["resumed"] = outcome["resumed"] or latest.updated_at != before
+            if outcome["resumed"]:  # a worker took it up through this process after all
+                outcome.pop("resume_error", None)
             outcome["held_here"] = str(session.store.path)
         if not outcome["resumed"] and session.executor is not None and session.executor.error:
             outcome.setdefault("resume_error", session.executor.error)  # (watchers may still)

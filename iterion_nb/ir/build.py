@@ -644,7 +644,7 @@ class Builder:
                 continue  # elsewhere the property itself is refused (C350)
             mode = getattr(node, "interaction", "none")
             for prop in decl.properties:
-                if prop.name == "min_answers" and mode == "llm":
+                if prop.name == "min_answers" and mode == "llm" and isinstance(node, m.HumanNode):
                     self.diags.add(
                         "C366",
                         f"'min_answers:' has no effect on human '{name}' with interaction:"

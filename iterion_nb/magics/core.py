@@ -101,12 +101,14 @@ _UNEXPANDED = re.compile(
 
 
 def _shown(text: str) -> str:
-    r"""``text`` fit for a cell's one-line error: control characters and lone surrogates escaped.
+    r"""``text`` fit for a cell's error: control characters and lone surrogates escaped.
 
     What a user typed is echoed in the errors; an escape sequence in it
-    (``\x1b[31m``) would recolour the output or retitle a terminal.
+    (``\x1b[31m``) would recolour the output or retitle a terminal. Line
+    breaks stay (a compile error's report, with its carets, has several lines).
     """
-    return plain(text.strip().encode("utf-8", "backslashreplace").decode("utf-8"))
+    lines = text.strip().encode("utf-8", "backslashreplace").decode("utf-8").split("\n")
+    return "\n".join(plain(line) for line in lines)
 
 
 def _path_arg(text: str) -> str:

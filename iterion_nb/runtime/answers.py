@@ -398,7 +398,9 @@ class AnswerService:
         )
         if parked_elsewhere and await self._handed_over(run_id, unowned_ok=False):
             return True, None  # its owner heard the doorbell and resumed it
-        return await self._resume_here(run_id, by)
+        # (why not is for a cluster's run, which a worker takes up; this one waits for a
+        # resume, which resume_needed says)
+        return (await self._resume_here(run_id, by))[0], None
 
     async def _handed_over(
         self, run_id: str, unowned_ok: bool, since: datetime | None = None

@@ -217,6 +217,8 @@ def attachment_values(wf: m.Workflow, given: Mapping[str, Any] | None) -> dict[s
             if spec.required:
                 raise VarsError(f"attachment '{name}' is required: give the file at launch")
             continue
+        if "\x00" in os.fspath(given[name]):  # (Python would raise ValueError)
+            raise VarsError(f"attachment '{name}': its path holds U+0000, which no path can")
         path = Path(os.fspath(given[name])).expanduser().resolve()
         try:
             size, sha256 = file_digest(path)

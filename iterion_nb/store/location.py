@@ -91,7 +91,7 @@ def mask_url(url: str) -> str:
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         masked = [(k, "***" if k in _SECRET_PARAMS else v) for k, v in pairs]
-        query = urlencode(masked, safe="*/:")
+        query = urlencode(masked, safe="*/:", errors="surrogateescape")  # (bytes not UTF-8)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
@@ -223,18 +223,21 @@ def check_store_spec(spec: str | os.PathLike[str]) -> None:
     if "\x00" in os.fspath(spec):
         raise StoreError("the store's name holds U+0000, which no path or URL can")
     url = store_url(spec)
-    if url is not None:
-        _check_url(url)
-        return
     text = os.fspath(spec)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
+        if url is not None:  # (masked first: the password may be what is not UTF-8)
+            raise StoreError(
+                f"the store URL {shown_path(mask_url(url))} is not valid UTF-8 text"
+            ) from None
         shown = shown_path(text)
         raise StoreError(
             f"the store path {shown} is not valid UTF-8 text: DuckDB cannot open it;"
             " name the store with a UTF-8 path"
         ) from None
+    if url is not None:
+        _check_url(url)
 
 
 def _check_url(url: str) -> None:

@@ -82,6 +82,8 @@ def store_arg(text: str) -> str:
         check_store_spec(text)
     except StoreError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+    except ValueError:  # never argparse's "invalid value: '…'", which shows a password
+        raise argparse.ArgumentTypeError("cannot be read as a store's path or URL") from None
     return text
 
 

@@ -154,6 +154,31 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
     assert ran(chdir) == Counter({"after": 1})
 
 
+async def test_a_run_outside_the_cluster_answered_by_a_session_whose_cluster_is_away(
+    chdir: Path, postgres_url: str
+) -> None:
+    """Its outcome says to resume it — no worker ever takes up a run that is not the
+    cluster's — and not that "the first worker that comes up takes it"."""
+    store = schema_url(postgres_url)
+    local = Session(store, workdir=chdir)
+    try:
+        run = await local.start(it.compile(GATE))
+        assert await run.wait(30) == "paused_waiting_human"
+        (question,) = await run.pending_questions()
+    finally:
+        await local.close()  # its owner gone: nothing executes it
+    away = Session(store, cluster=f"tcp://127.0.0.1:{free_port()}", workdir=chdir)
+    try:
+        said = await away.run(run.id).answer(question.id, "yes", answered_by="ada")
+    finally:
+        await away.close()
+    assert said["resume_needed"] is True and "resume_error" not in said, said
+    assert outcome_text(said, run.id) == (
+        f"Saved — every answer run {run.id} waits for is in, but nothing executes it:"
+        f" resume it (%iterion resume {run.id})"
+    )
+
+
 TWO_GATES = """\
 human first:
   instructions: "Draft it?"

@@ -122,9 +122,39 @@ def test_a_store_no_store_has_is_refused_as_the_cli_refuses_it(
 
 
 def test_a_cell_given_a_path_holding_nul_is_one_line(shell: InteractiveShell) -> None:
-    """Before: a ValueError traceback from reading the answers."""
+    """Before: a ValueError traceback from reading the answers (or the attachment)."""
     line = "%%iterion --run --var topic=t --scenario scenario --answers {nul} --store $store"
     assert "holds U+0000, which no path can" in refused(shell, line + "\n" + WORKFLOW)
+    attaching = "attachments:\n  doc: file\n\n" + WORKFLOW
+    line = "%%iterion --run --var topic=t --scenario scenario --attach doc={nul} --store $store"
+    assert refused(shell, line + "\n" + attaching) == (
+        "%%iterion: attachment 'doc': its path holds U+0000, which no path can"
+    )
+
+
+def test_a_compile_error_keeps_its_lines_with_their_escapes_shown(
+    shell: InteractiveShell, tmp_path: Path
+) -> None:
+    """``%iterion resume`` of a run whose recorded source no longer compiles (written by an
+    older release, say): its report, line by line with carets, as ``%%iterion`` shows one
+    — not squashed onto one line by the escaping of what the user typed."""
+    with_a_run(shell)
+    shell.user_ns["older_source"] = (
+        'human g:\n  bogus: "\x1b[31m"\n  other: 2\n\nworkflow w:\n  entry: g\n  g -> done\n'
+    )
+    assert shell.run_cell("await r.cancel()").success
+    altered = shell.run_cell(
+        "import iterion_nb as _it\n_s = _it.Session(store)\n"
+        "await _s.store.update_run(r.id, source=older_source)\nawait _s.close()"
+    )
+    assert altered.success, altered.error_in_exec
+    for name in ("older_source", "_it", "_s"):  # (one shell for every test: leave it clean)
+        shell.user_ns.pop(name)
+    report = refused(shell, "%iterion resume {r.id} --store $store").splitlines()
+    assert len(report) > 5 and "\x1b" not in "\n".join(report), report
+    assert report[0].endswith(": 2 errors"), report
+    assert "error[C350]: human nodes have no property 'bogus'" in report[1], report
+    assert report[2:4] == ['    2 |   bogus: " [31m"', "      |   ^^^^^"], report  # ESC: blank
 
 
 @pytest.mark.parametrize(

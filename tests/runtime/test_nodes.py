@@ -434,6 +434,10 @@ def test_min_answers_where_only_a_model_answers_is_a_warning() -> None:
     (warning,) = it.analyze(only_model).diagnostics
     assert (warning.code, warning.span.line) == ("C366", 8)
     assert "'min_answers:' has no effect on human 'review' with interaction: llm" in warning.message
+    # on an agent the property is not one at all: that alone is said (not a "human" C366)
+    agent = "agent a:\n  interaction: llm\n  min_answers: 2\n\n"
+    agent += "workflow w:\n  entry: a\n  a -> done\n"
+    assert [d.code for d in it.analyze(agent).diagnostics] == ["C350"]
 
 
 async def test_answering_the_gate_resumes_the_run(make_session: SessionFactory) -> None:

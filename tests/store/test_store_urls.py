@@ -11,6 +11,7 @@ connect run against the session's real PostgreSQL server.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from iterion_nb.store.location import (
 )
 from iterion_nb.store.postgres_store import PostgresStore
 from iterion_nb.store.remote import open_store
+from tests.cli.test_cli import SCRIPT
 
 #: Misspelt PostgreSQL URLs, each with what its refusal says is wrong.
 MISSPELT = {
@@ -102,6 +104,25 @@ def test_a_path_only_named_like_postgres_stays_a_path(
 def test_a_malformed_url_is_shown_with_its_password_masked(spec: str) -> None:
     assert "SECRET" not in mask_url(spec) and "CRET" not in mask_url(spec)
     assert "SECRET" not in without_password(spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["postgresql://u:SECRET@h/db?x=\udcff", "postgresql://u:SEC\udcffRET@h/db",
+     "postgresql://h/db?password=SECRET&x=\udcff"],
+)  # fmt: skip
+def test_a_url_that_is_not_utf8_is_refused_with_its_password_masked(spec: str) -> None:
+    """Once ``UnicodeEncodeError`` from masking, which argparse showed as ``invalid
+    store_arg value: 'postgresql://u:SECRET@…'``: the password in the clear."""
+    with pytest.raises(StoreError, match=r"^the store URL postgresql://.* is not valid UTF-8") as e:
+        check_store_spec(spec)
+    assert "SECRET" not in str(e.value) and "CRET" not in str(e.value), e.value
+    cli = subprocess.run(
+        [str(SCRIPT), "runs", "list", "--store", spec], capture_output=True, text=True,
+        check=False, timeout=60,
+    )  # fmt: skip
+    assert cli.returncode == 2 and "is not valid UTF-8 text" in cli.stderr, cli.stderr
+    assert "SECRET" not in cli.stderr and "CRET" not in cli.stderr, cli.stderr
 
 
 def test_a_well_formed_url_keeps_its_user_and_hosts_when_masked() -> None:
