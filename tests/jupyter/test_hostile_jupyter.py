@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import shlex
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import iterion_nb as it
+from iterion_nb.magics import core as magics_core
 from iterion_nb.session import Session
 from iterion_nb.widgets import InboxWidget, RunWidget
 from iterion_nb.widgets.common import front_end_identity
@@ -352,3 +356,34 @@ async def test_an_answer_too_large_or_too_deep_is_refused_and_the_form_stays(
     finally:
         inbox.close()
         await run.cancel()
+
+
+# -- reading a magic's line -------------------------------------------------------------
+@settings(max_examples=3000, deadline=None)
+@given(st.text(st.sampled_from("ab '\"\\\t\n\r\x0b$={}é"), max_size=16))
+def test_a_line_is_read_into_words_as_shlex_reads_it(line: str) -> None:
+    """The magics read their line in linear time; what they read is what shlex reads."""
+    try:
+        expected: Any = shlex.split(line)
+    except ValueError as err:
+        expected = f"%iterion: cannot read the arguments: {err}"
+    try:
+        got: Any = magics_core._split(line)
+    except UsageError as err:
+        got = str(err)
+    assert got == expected
+
+
+def test_a_long_variable_reaches_the_run_whole(shell: InteractiveShell) -> None:
+    """``--var topic={doc}`` with a 1 MB document (once: shlex's quadratic reading, 14 s
+    and more before the run started), quotes, backslashes and all."""
+    doc = 'it\'s "quoted" \\ and long: ' + "x" * 1_000_000
+    shell.user_ns["doc"] = shlex.quote(doc)
+    made = shell.run_cell(
+        "%%iterion --run --var topic={doc} --scenario scenario --store $store\n" + WORKFLOW
+    )
+    shell.user_ns.pop("doc")
+    assert made.success, made.error_in_exec
+    shell.user_ns["long_run"] = made.result
+    assert shell.run_cell("(await long_run.refresh()).vars").result == {"topic": doc}
+    shell.user_ns.pop("long_run")
