@@ -348,11 +348,7 @@ workflow w:
         assert expected in types
 
 
-async def test_a_gate_asking_two_people_gives_the_next_node_every_answer(
-    make_session: SessionFactory,
-) -> None:
-    """`{{outputs.h.answers}}` of a `min_answers: 2` gate: once refused at compile (C031)."""
-    flow = """\
+TWO_PEOPLE = """\
 human review:
   instructions: "Ship it?"
   min_answers: 2
@@ -367,6 +363,13 @@ workflow w:
   review -> tally
   tally -> done
 """
+
+
+async def test_a_gate_asking_two_people_gives_the_next_node_every_answer(
+    make_session: SessionFactory,
+) -> None:
+    """`{{outputs.h.answers}}` of a `min_answers: 2` gate: once refused at compile (C031)."""
+    flow = TWO_PEOPLE
     alone = flow.replace("  min_answers: 2\n", "")
     assert [d.code for d in it.analyze(alone).diagnostics] == ["C031"]  # one answer: no list
     session = make_session()
@@ -378,27 +381,9 @@ workflow w:
     assert run.outputs["tally"] == {"first": "yes", "every": ["yes", "not yet"]}
 
 
-SEVERAL_OR_MODEL = """\
-schema verdict:
-  ship: bool
-  why: string
-
-human review:
-  instructions: "Ship it?"
-  interaction: llm_or_human
-  min_answers: 2
-  output: verdict
-
-compute tally:
-  expr:
-    first: "outputs.review.text"
-    every: "outputs.review.answers"
-
-workflow w:
-  entry: review
-  review -> tally
-  tally -> done
-"""
+SEVERAL_OR_MODEL = "schema verdict:\n  ship: bool\n  why: string\n\n" + TWO_PEOPLE.replace(
+    "  min_answers: 2\n", "  interaction: llm_or_human\n  min_answers: 2\n  output: verdict\n"
+)
 
 
 async def test_a_gate_asking_two_people_reads_alike_when_the_model_answers(
