@@ -235,6 +235,7 @@ HOOKS = textwrap.dedent(
         if _POINT:
             _store, _runs = duckdb_store.DuckDBStore, duckdb_runs.RunTables
             _after(_store, "add_interaction", "human_asked", lambda k, r: r.kind == "human")
+            _after(_store, "add_interaction", "await_posted", lambda k, r: r.kind == "await")
             _after(_store, "answer", "answered", lambda k, r: True)
             _after(_store, "drain_messages", "drained", lambda k, r: bool(r))
             _after(_store, "settle_run", "paused",
@@ -298,7 +299,8 @@ HOLDER = textwrap.dedent(
 )
 
 #: Named crash points (see HOOKS), for owners and for separate holder processes.
-OWNER_POINTS = ("durable:1", "durable:3", "durable:5", "answered:1", "paused:1", "human_asked:1")
+OWNER_POINTS = ("durable:1", "durable:3", "durable:5", "answered:1", "paused:1", "human_asked:1",
+                "await_posted:1")  # fmt: skip
 HOLDER_POINTS = ("durable:2", "durable:4", "answered:1", "answered:3", "paused:1", "drained:1")
 
 #: Violations already reported, each reproduced by a strict-xfail test below: the campaign
@@ -1030,6 +1032,44 @@ def test_a_human_question_recorded_just_before_a_kill_is_reused(tmp_path: Path) 
     assert final["status"] == "finished"
     assert final["outputs"]["approve"] == {"text": f"ans-{question}"}
     assert [i["id"] for i in final["interactions"]] == [question]
+
+
+def test_a_pause_record_posted_just_before_a_kill_is_closed_by_the_rerun(tmp_path: Path) -> None:
+    """Killed after ``await_answers`` posted its pause record, before the pause's checkpoint.
+
+    Every answer is in by the resume: the re-run does not pause, and closes the
+    record then (answered by iterion, one event), not at the run's end unanswered
+    (seed 202 of the client campaign; tests/backends/test_stale_pause.py has more).
+    """
+    flow = 'agent asker:\n  model: "scripted"\n  interaction: async\n\n'
+    flow += "workflow w:\n  entry: asker\n  asker -> done\n"
+    ask = {"name": "ask_user_async", "id": "toolu_asked", "input": {"question": "Which?"}}
+    waits = {"name": "await_answers", "id": "toolu_waits", "input": {}}
+    turns = [{"tool_calls": [ask]}, {"tool_calls": [waits]}, {"output": "ok"}]
+    script = {"nodes": {"asker": turns}}
+    procs = prepare(tmp_path, tmp_path / "w", flow, script)
+    db = procs.workdir / "runs.duckdb"
+    try:
+        first = start_runner(procs, "start", crash="await_posted:1")
+        assert procs.wait(first, 30) == -signal.SIGKILL
+        state = probe(db)
+        assert state["status"] == "interrupted"
+        assert sorted((i["kind"], i["pending"]) for i in state["interactions"]) == [
+            ("async", True), ("await", True)]  # fmt: skip
+        (question,) = [i["id"] for i in state["interactions"] if i["kind"] == "async"]
+        answered = procs.spawn("cli", [CLI, "runs", "answer", RUN, question, f"ans-{question}",
+                                       "--as", "campaign", "--store", "runs.duckdb"])  # fmt: skip
+        assert procs.wait(answered, 60) == 0, procs.output(answered)  # acknowledged
+        second = start_runner(procs, "resume")
+        assert procs.wait(second, 60) == 0
+        assert "settled finished" in procs.output(second), procs.output(second)
+    finally:
+        procs.cleanup()
+    final = probe(db)
+    (pause,) = [i for i in final["interactions"] if i["kind"] == "await"]
+    assert (pause["pending"], pause["by"]) == (False, "iterion")
+    assert pause["answers"] == {"answers": [f"ans-{question}"]}
+    assert final["answered_events"][pause["id"]] == 1
 
 
 def test_answers_drained_by_a_killed_agent_reach_its_rerun(tmp_path: Path) -> None:

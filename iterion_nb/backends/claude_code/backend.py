@@ -37,7 +37,7 @@ from iterion_nb.backends.claw.loop import AgentLoop, inherited_session, policy_r
 from iterion_nb.backends.mcp import cli_allowed, cli_servers
 from iterion_nb.backends.providers.base import ToolSpec, image_data, repair_prompt
 from iterion_nb.backends.reask import STATE_KEY
-from iterion_nb.errors import AlreadyAnsweredError, LeaseLostError, NodeError, PauseRun
+from iterion_nb.errors import LeaseLostError, NodeError, PauseRun
 from iterion_nb.ir import model as m
 from iterion_nb.runtime.ports import BackendRequest, BackendResult
 from iterion_nb.runtime.records import Interaction, utcnow
@@ -258,18 +258,8 @@ class _Session:
         if any(i.pending for i in mine):
             missing = "some answers are still missing; call await_answers alone"
             return {"content": missing, "is_error": True}
-        pause_id = f"{self.loop._interaction_id(call)}-await"
-        try:
-            pause = await store.get_interaction(pause_id)
-        except Exception:
-            pause = None
-        if pause is not None and pause.pending:
-            self.skip |= set(pause.waits_on)
-            try:
-                summary = {"answers": [r.answers for r in mine if r.id in pause.waits_on]}
-                await store.answer(pause_id, summary, answered_by="iterion")
-            except AlreadyAnsweredError:
-                pass
+        # this call's pause record, answered while it was parked, or one a killed run left open
+        self.skip |= await self.loop.close_stale_awaits()
         return {"content": it_tools.answers_text(mine)}
 
     # -- hooks -----------------------------------------------------------------
@@ -368,6 +358,7 @@ class _Session:
         pending = await store.pending_interactions(run_id, node_id=self.node.name, kind="async")
         if not pending:
             return {}
+        await self.loop.close_stale_awaits(keep=pause_id)
         note = call["input"].get("note") or "waiting for the answers to my questions"
         pause = Interaction(
             pause_id, run_id, self.node.name, "await", (str(note),), utcnow(),

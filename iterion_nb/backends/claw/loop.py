@@ -600,6 +600,31 @@ class AgentLoop:
         replayed = await replay.answer_pinned(self.ctx.store, record)
         return record if replayed is None or record.kind == "async" else replayed
 
+    async def close_stale_awaits(self, keep: str | None = None) -> set[str]:
+        """Close this node's open ``await_answers`` pause records but ``keep``.
+
+        A process killed after posting a pause record and before the checkpoint
+        that holds the pause leaves the record open: the node re-run finds every
+        answer in and does not pause, or pauses under its new call's id (a real
+        model mints new ids). Only one pause of a node can be live, and this
+        node is running, so the others are closed as a resume closes its own:
+        answered by iterion with what they waited on (``None`` where an answer
+        is still missing). Returns the ids of the questions they waited on.
+        """
+        store = self.ctx.store
+        stale = await store.pending_interactions(
+            self.ctx.run_id, node_id=self.node.name, kind="await"
+        )
+        waited: set[str] = set()
+        for record in stale:
+            if record.id == keep:
+                continue
+            answers = [(await store.get_interaction(i)).answers for i in record.waits_on]
+            with contextlib.suppress(AlreadyAnsweredError):
+                await store.answer(record.id, {"answers": answers}, answered_by="iterion")
+            waited |= set(record.waits_on)
+        return waited
+
     async def _announce(self, record: Interaction, **extra: Any) -> None:
         await self.ctx.emit(
             "human_input_requested",
@@ -637,13 +662,16 @@ class AgentLoop:
             return _result(call["id"], it_tools.IN_BRANCH, True)
         store, run_id = self.ctx.store, self.ctx.run_id
         pending = await store.pending_interactions(run_id, node_id=self.node.name, kind="async")
+        pause_id = f"{self._interaction_id(call)}-await"
         if not pending:
+            self._answered_inline |= await self.close_stale_awaits()
             mine = [i for i in await store.interactions(run_id)
                     if i.kind == "async" and i.node_id == self.node.name]  # fmt: skip
             return _result(call["id"], it_tools.answers_text(mine))
+        await self.close_stale_awaits(keep=pause_id)
         note = (call.get("input") or {}).get("note") or "waiting for the answers to my questions"
         pause = Interaction(
-            f"{self._interaction_id(call)}-await", run_id, self.node.name, "await", (str(note),),
+            pause_id, run_id, self.node.name, "await", (str(note),),
             utcnow(), branch_id=self.ctx.branch_id,
             waits_on=tuple(p.id for p in pending),
         )  # fmt: skip
