@@ -405,6 +405,11 @@ async def _after_answer(
         outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
             session.store, latest
         )
+        # as it stands now: a worker may have taken it since; one held here waits for a holder
+        outcome["awaiting_worker"] = (
+            not outcome["resumed"] and latest.status == "paused_waiting_human"
+            and latest.lease is None and outcome["ready"] and "held_here" not in outcome
+        )  # fmt: skip
     elif outcome["resumed"]:  # this process now runs the workflow until it settles
         outcome["run_status"] = await session.run(run_id).wait()
         outcome["waited"] = True
@@ -1267,11 +1272,12 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
                         f" `iterion-nb resume {run_id} --cluster ADDRESS`)"]  # fmt: skip
             why = result.get("resume_error")
             aside = f" (this command could not queue it itself: {why})" if why else ""
-            return [f"answer {state}; no cluster worker has taken the run up yet:"
-                    f" the first one that comes up resumes it{aside}"]  # fmt: skip
+            return [_awaits_worker(state, aside)]
         if status in _STOPPED:  # no worker takes these up by itself
             return [_kept(result, run_id, status, resume)]
         return [f"answer {state}; the run is {status}"]
+    if result.get("awaiting_worker"):  # answered through a holder: a cluster's run, not taken
+        return [_awaits_worker(state)]
     if result.get("resume_needed"):  # paused, every answer in, and its process is gone
         return [f"answer {state}; every answer run {run_id} waits for is in, but nothing"
                 f" executes it: resume it with {resume}"]  # fmt: skip
@@ -1280,6 +1286,11 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
     resumed = "; the run resumed" if result.get("resumed") else ""
     final = f"; it is now {status}" if result.get("waited") else ""
     return [f"answer {state}{resumed}{final}"]
+
+
+def _awaits_worker(state: str, aside: str = "") -> str:
+    return (f"answer {state}; no cluster worker has taken the run up yet:"
+            f" the first one that comes up resumes it{aside}")  # fmt: skip
 
 
 def _queued_answer(result: Any, state: str) -> str:

@@ -153,6 +153,10 @@ class AnswerOutcome:
     and the one that answered runs no workflows): someone must resume it.
     ``resume_error``: why this process, which would have resumed the run,
     could not (its Dask cluster cannot be reached, say); the answer is in.
+    ``awaiting_worker``: a run a Dask cluster executes is paused with every
+    answer in, nobody holds it, and no worker took it up while this answer
+    waited for one (none is up, or all are busy): the first worker free to
+    take it does (nobody needs to resume it).
     """
 
     queued: bool
@@ -160,14 +164,16 @@ class AnswerOutcome:
     run_status: str
     resume_needed: bool = False
     resume_error: str | None = None
+    awaiting_worker: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"queued", "resumed", "run_status", "resume_needed"}``, and ``resume_error`` if set."""
+        """The outcome as JSON: every field, ``resume_error`` only if set."""
         said: dict[str, Any] = {
             "queued": self.queued,
             "resumed": self.resumed,
             "run_status": self.run_status,
             "resume_needed": self.resume_needed,
+            "awaiting_worker": self.awaiting_worker,
         }
         if self.resume_error is not None:
             said["resume_error"] = self.resume_error
@@ -362,13 +368,15 @@ class AnswerService:
     ) -> AnswerOutcome:
         """The outcome, with the run's status now and whether someone must resume it."""
         run = await self.store.get_run(run_id)
-        stalled = (
-            not resumed and run.lease is None and not is_cluster_run(run)
-            and await ready_to_resume(self.store, run)
-        )  # fmt: skip
+        ready = not resumed and await ready_to_resume(self.store, run)
+        cluster = is_cluster_run(run)
+        stalled = ready and run.lease is None and not cluster
         if resumed or run.status != "paused_waiting_human":
             why_not = None  # it went on all the same (a worker's watcher took it up)
-        return AnswerOutcome(queued, resumed, run.status, stalled, why_not)
+        # (the workers' watchers take up a cluster's run that nobody holds; one a live owner
+        # keeps parked, that owner resumes)
+        waits = ready and cluster and run.lease is None
+        return AnswerOutcome(queued, resumed, run.status, stalled, why_not, waits)
 
     async def _resume_if_ready(
         self, run_id: str, answered: str | None, by: str

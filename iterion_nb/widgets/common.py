@@ -109,7 +109,8 @@ def outcome_text(outcome: dict[str, Any], run_id: str | None = None) -> str:
     ``cancelled``, or paused with every answer in while its process is gone:
     ``resume_needed``) keeps the answer until it is resumed, which this says,
     with the command that resumes it (the JupyterLab sidebar says the same). A
-    cluster this session could not reach (``resume_error``) is named.
+    cluster this session could not reach (``resume_error``) is named; a cluster's
+    run that no worker took up yet (``awaiting_worker``) waits for the first.
     """
     status = str(outcome.get("run_status") or "")
     run = f"run {run_id}" if run_id else "the run"
@@ -120,6 +121,11 @@ def outcome_text(outcome: dict[str, Any], run_id: str | None = None) -> str:
             f"Saved — every answer {run} waits for is in, but this session could not send it"
             f" to its cluster ({outcome['resume_error']}): the first worker that comes up"
             " takes it"
+        )
+    if outcome.get("awaiting_worker"):  # a cluster's run no worker took up (none up, or busy)
+        return (
+            f"Saved — every answer {run} waits for is in; no worker of its cluster has taken it"
+            " up yet: the first worker free to take it does"
         )
     if outcome.get("resume_needed"):  # paused, answered, and its process is gone
         return (

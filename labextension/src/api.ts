@@ -61,6 +61,10 @@ export interface IAnswerOutcome {
   run_status?: string;
   /** Paused with every answer in, and nothing executes it: someone must resume it. */
   resume_needed?: boolean;
+  /** A Dask cluster's run, paused with every answer in, that no worker took up yet. */
+  awaiting_worker?: boolean;
+  /** Why the answering process could not send the run to its cluster itself. */
+  resume_error?: string;
 }
 
 export interface IDiagnostic {

@@ -96,6 +96,18 @@ export function outcomeText(
   if (outcome.resumed) {
     return { saved: false, parts: ['Answered — the run goes on'] };
   }
+  if (outcome.resume_error || outcome.awaiting_worker) {
+    // a cluster's run: no one resumes it, a worker takes it up once one is up
+    const why = outcome.resume_error
+      ? `, but this session could not send it to its cluster (${outcome.resume_error}): ` +
+        'the first worker that comes up takes it'
+      : '; no worker of its cluster has taken it up yet: the first worker free to take it does';
+    return {
+      saved: true,
+      stalled: true,
+      parts: [`Saved — every answer run ${q.run_id} waits for is in${why}`]
+    };
+  }
   if (outcome.resume_needed) {
     // paused with every answer in, and the process that ran it is gone
     return {

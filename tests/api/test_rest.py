@@ -118,7 +118,13 @@ async def test_questions_answered_over_rest_reach_the_agent(
         )
         assert (status, body) == (
             200,
-            {"queued": True, "resumed": False, "run_status": "running", "resume_needed": False},
+            {
+                "queued": True,
+                "resumed": False,
+                "run_status": "running",
+                "resume_needed": False,
+                "awaiting_worker": False,
+            },
         )
     status, again = await asyncio.to_thread(
         call, f"{base}/interactions/{ids[1]}/answer", "POST", {"answer": "twice"}, token
@@ -367,6 +373,7 @@ async def test_an_answer_nothing_will_resume_the_run_for_says_to_resume_it(
         assert body == {
             "queued": False, "resumed": False, "run_status": "paused_waiting_human",
             "resume_needed": True,
+            "awaiting_worker": False,
         }  # fmt: skip
         run, (question,) = paused[1]["id"], paused[1]["questions"]
         said = await asyncio.to_thread(

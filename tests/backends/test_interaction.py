@@ -127,6 +127,7 @@ async def test_an_answer_given_mid_run_is_in_the_next_turn(harness_factory: Any)
         "resumed": False,
         "run_status": "running",
         "resume_needed": False,
+        "awaiting_worker": False,
     }
     HOLD.set()
     assert await run.wait(10) == "finished", run.error
@@ -188,6 +189,7 @@ async def test_await_tool_pauses_and_resumes_itself_with_all_answers(
         "resumed": False,
         "run_status": "paused_waiting_human",
         "resume_needed": False,
+        "awaiting_worker": False,
     }
     assert (await run.answer(asked[1].id, "short")).items() >= {
         "queued": True,
@@ -271,6 +273,7 @@ async def test_answers_given_while_paused_arrive_after_resume(harness_factory: A
         "resumed": False,
         "run_status": "paused_waiting_human",
         "resume_needed": False,
+        "awaiting_worker": False,
     }
     assert run.status == "paused_waiting_human"
     assert (await run.answer(by_kind["ask_user"].id, "yes")).items() >= {

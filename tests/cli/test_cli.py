@@ -252,7 +252,7 @@ def test_an_answer_that_resumes_the_run_here_reports_where_it_ended(tmp_path: Pa
     assert shipped.returncode == 0, shipped.stderr
     assert json.loads(shipped.stdout) == {
         "queued": False, "resumed": True, "run_status": "finished", "resume_needed": False,
-        "waited": True,
+        "awaiting_worker": False, "waited": True,
     }  # fmt: skip
     assert stopped.returncode == 1, stopped.stderr
     assert stopped.stdout == "answer recorded; the run resumed; it is now failed\n"
@@ -634,7 +634,8 @@ def test_a_second_answer_says_who_answered_what_and_a_stopped_run_says_how_to_go
     )
     as_json = run("runs", "answer", run_id, third, "engineers", "--json", "--store", store)
     assert json.loads(as_json.stdout) == {
-        "queued": True, "resumed": False, "run_status": "cancelled", "resume_needed": False
+        "queued": True, "resumed": False, "run_status": "cancelled", "resume_needed": False,
+        "awaiting_worker": False,
     }  # fmt: skip
     resumed = run("resume", run_id, "--store", store, "--json", cwd=tmp_path)
     assert json.loads(resumed.stdout)["status"] == "finished", resumed.stderr

@@ -25,8 +25,10 @@ import psycopg
 import pytest
 
 import iterion_nb as it
+from iterion_nb.api.holder import StoreService
 from iterion_nb.session import Session
 from iterion_nb.session.cluster import SCAN_INTERVAL
+from iterion_nb.store.remote import open_store
 from iterion_nb.widgets.common import outcome_text
 from tests.pgserver import PgServer
 
@@ -97,13 +99,15 @@ def chdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("scheduler_away", ["no", "cli", "python"])
+@pytest.mark.parametrize("scheduler_away", ["no", "cli", "python", "server"])
 async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_takes_it(
     chdir: Path, postgres_url: str, scheduler_away: str
 ) -> None:
     """Answered by a CLI without the cluster, or whose ITERION_NB_CLUSTER does not answer
-    (then it says why it did not queue the run itself), or from Python with such a cluster
-    (the answer's outcome says why, as ``resume_error``)."""
+    (then it says why it did not queue the run itself), from Python with such a cluster
+    (the answer's outcome says why, as ``resume_error``), or by the store service a
+    Jupyter server answers REST and the sidebar with (it runs nothing: ``awaiting_worker``
+    alone says that a worker takes the run up)."""
     store = schema_url(postgres_url)
     cluster = await asyncio.to_thread(CliCluster, chdir, 2, store)
     session = Session(store, cluster=cluster.address, workdir=chdir)
@@ -122,12 +126,27 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
             finally:
                 await elsewhere.close()
             assert said["resumed"] is False and said["run_status"] == "paused_waiting_human"
+            assert said["awaiting_worker"] is True and said["resume_needed"] is False, said
             assert said["resume_error"].startswith(f"no Dask scheduler at {away}: "), said
             # what a widget's banner and %iterion answer say of it
             assert outcome_text(said, run.id).startswith(
                 f"Saved — every answer run {run.id} waits for is in, but this session could not"
                 f" send it to its cluster (no Dask scheduler at {away}: "
             ), outcome_text(said, run.id)
+        elif scheduler_away == "server":
+            served = open_store(store)
+            try:
+                said = await StoreService(served).answer(run.id, question.id, "yes", "ada")
+            finally:
+                await served.close()
+            assert said == {
+                "queued": False, "resumed": False, "run_status": "paused_waiting_human",
+                "resume_needed": False, "awaiting_worker": True,
+            }  # fmt: skip
+            assert outcome_text(said, run.id) == (
+                f"Saved — every answer run {run.id} waits for is in; no worker of its cluster"
+                " has taken it up yet: the first worker free to take it does"
+            )
         else:
             if scheduler_away == "cli":
                 env["ITERION_NB_CLUSTER"] = away
@@ -689,6 +708,84 @@ async def test_answered_on_a_duckdb_store_with_no_worker_up_the_answer_says_who_
                                     "--json")  # fmt: skip
     assert json.loads(shown.stdout)["status"] == "paused_waiting_human"
     assert not (chdir / "ran.txt").exists()
+
+
+#: A process that holds a DuckDB store and serves it (as a notebook or JupyterLab does).
+HOLDS = textwrap.dedent(
+    """
+    import asyncio, sys
+    from iterion_nb.api.holder import open_served_store
+
+    async def main():
+        store = open_served_store(sys.argv[1])
+        await store.list_runs()
+        print("ready", flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_answered_through_a_holder_with_no_worker_up_says_the_first_worker_takes_it(
+    chdir: Path,
+) -> None:
+    """A process holds the DuckDB store and every worker is gone: the command answers through
+    the holder (which runs nothing), says that no worker has taken the run up yet and the
+    first one that comes up resumes it (``awaiting_worker`` in ``--json``) — not a bare
+    "answer recorded" — and the first worker that comes up does, through the holder."""
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1)
+    flow = chdir / "flow.iter"
+    flow.write_text(GATE)
+    store = str(chdir / "store")
+    holder = None
+    try:
+        run_ids = []
+        for _ in range(2):
+            started = await asyncio.to_thread(
+                _cli, chdir, "run", str(flow), "--store", store, "--cluster", cluster.address
+            )
+            assert started.returncode == 0, started.stderr
+            run_ids.append(started.stdout.split()[1])
+        await asyncio.to_thread(cluster.kill_workers)  # the scheduler stays, with its watchers
+        holder = subprocess.Popen([sys.executable, "-c", HOLDS, store], cwd=chdir,
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert holder.stdout is not None
+        assert await asyncio.to_thread(holder.stdout.readline) == "ready\n"
+        said = []
+        for run_id, json_flag in zip(run_ids, (["--json"], []), strict=True):
+            listed = await asyncio.to_thread(_cli, chdir, "runs", "questions", run_id,
+                                             "--store", store, "--json")  # fmt: skip
+            (question,) = json.loads(listed.stdout)["interactions"]
+            answered = await asyncio.to_thread(_cli, chdir, "runs", "answer", run_id,
+                                               question["id"], "yes", "--store", store,
+                                               *json_flag)  # fmt: skip
+            assert answered.returncode == 0, answered.stderr
+            said.append(answered.stdout)
+        outcome = json.loads(said[0])
+        assert outcome["awaiting_worker"] is True and outcome["resumed"] is False, outcome
+        assert outcome["run_status"] == "paused_waiting_human", outcome
+        assert said[1] == (
+            "answer recorded; no cluster worker has taken the run up yet: the first one that"
+            " comes up resumes it\n"
+        )
+        await asyncio.to_thread(cluster.add_worker)  # the first worker that comes up ...
+
+        async def finished() -> bool:
+            for run_id in run_ids:
+                shown = await asyncio.to_thread(_cli, chdir, "runs", "show", run_id,
+                                                "--store", store, "--json")  # fmt: skip
+                if json.loads(shown.stdout)["status"] != "finished":
+                    return False
+            return True
+
+        await until(finished, timeout=90)  # ... takes them up
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        await asyncio.to_thread(cluster.close)
+    assert ran(chdir) == Counter({"after": 2})
 
 
 async def test_the_cli_following_a_run_says_nothing_of_dasks_own_when_the_scheduler_dies(

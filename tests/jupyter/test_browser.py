@@ -85,8 +85,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def serve_lab(root: Path) -> Iterator[dict[str, Any]]:
-    """JupyterLab on loopback with a token, serving ``root`` (its store: ``root/.iterion``)."""
+def serve_lab(root: Path, env_extra: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """JupyterLab on loopback with a token, serving ``root`` (its store: ``root/.iterion``,
+    unless ``env_extra`` names one as ``ITERION_NB_STORE``)."""
     port, token = free_port(), secrets.token_hex(16)
     settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True, exist_ok=True)  # no "get notified about news?" toast
@@ -94,6 +95,7 @@ def serve_lab(root: Path) -> Iterator[dict[str, Any]]:
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".jupyter"), "HOME": str(root),
            "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings")}  # fmt: skip
     env.pop("ITERION_NB_STORE", None)  # the server's default: .iterion in its root
+    env.update(env_extra or {})
     log = (root / "lab.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",

@@ -12,6 +12,8 @@ background in the light and the dark theme.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import shutil
 import subprocess
@@ -25,6 +27,7 @@ from typing import Any
 
 import pytest
 
+import iterion_nb as it
 from tests.jupyter.test_browser import (
     ARTIFACTS,
     CHROMIUM,
@@ -503,6 +506,86 @@ def test_an_answer_nothing_will_resume_the_run_for_says_to_resume_it(
     out, err = resumed.communicate(timeout=60)
     assert json.loads(out)["status"] == "finished", err
     saved.wait_for(state="detached", timeout=30_000)  # no longer paused: it no longer holds
+
+
+CLUSTER_GATE = """\
+human gate:
+  instructions: "Deploy on the cluster?"
+
+tool after:
+  command: "echo deployed >> ran.txt"
+
+workflow deploy:
+  entry: gate
+  gate -> after
+  after -> done
+"""
+
+
+def _in_a_thread(work: Any) -> Any:
+    """Run a coroutine function to its end on a loop of its own (Playwright's sync API owns
+    this thread's)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, work()).result(timeout=120)
+
+
+@pytest.mark.timeout(300)
+def test_a_cluster_run_no_worker_is_up_for_says_the_first_worker_takes_it(
+    tmp_path_factory: pytest.TempPathFactory, postgres_url: str, browser: Any
+) -> None:
+    """A Dask cluster's run parked at its gate, every worker gone, answered in the sidebar
+    of a JupyterLab serving its PostgreSQL store: the answer is saved, and the sidebar says
+    no worker has taken the run up yet and that the first one that comes up does (not
+    "resume it": nobody needs to) — until a worker comes up, takes it, and it finishes."""
+    from iterion_nb.session import Session
+    from tests.cluster.procs import CliCluster
+    from tests.cluster.test_faults import schema_url
+
+    root = tmp_path_factory.mktemp("labcluster")
+    store = schema_url(postgres_url)
+    cluster = CliCluster(root, 2, store)
+    page = browser.new_page(viewport={"width": 1400, "height": 950})
+    try:
+
+        async def parked() -> str:
+            session = Session(store, cluster=cluster.address, workdir=root)
+            try:
+                run = await session.start(it.compile(CLUSTER_GATE))
+                assert await run.wait(60) == "paused_waiting_human", run.error
+                return run.id
+            finally:
+                await session.close()
+
+        run_id = _in_a_thread(parked)
+        cluster.kill_workers()  # nobody is up to take the run once it is answered
+        with serve_lab(root, {"ITERION_NB_STORE": store}) as served:
+            open_lab(page, served)
+            card = page.locator(f"{INBOX} .iterion-card.pending", has_text="Deploy on the")
+            card.wait_for(timeout=60_000)
+            box = card.locator("input.iterion-free-text")
+            box.fill("go")
+            box.press("Enter")
+            saved = page.locator(f"{INBOX} .iterion-result.iterion-saved .iterion-result-text")
+            saved.wait_for(timeout=30_000)
+            assert saved.inner_text() == (
+                f"Saved — every answer run {run_id} waits for is in; no worker of its cluster"
+                " has taken it up yet: the first worker free to take it does"
+            )
+            time.sleep(3)  # the next pushes (the run still paused) leave it
+            assert saved.is_visible()
+            cluster.add_worker()  # the first worker that comes up takes it ...
+            saved.wait_for(state="detached", timeout=60_000)  # ... so the message goes
+            runs = f"{served['url']}/iterion/api/runs/{run_id}?token={served['token']}"
+            for _ in range(300):
+                with urllib.request.urlopen(runs, timeout=10) as response:
+                    status = json.loads(response.read())["status"]
+                if status == "finished":
+                    break
+                time.sleep(0.1)
+            assert status == "finished"
+    finally:
+        page.close()
+        cluster.close()
 
 
 def wait_for_underline(page: Any, scope: str, text: str) -> Any:

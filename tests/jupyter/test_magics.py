@@ -237,6 +237,7 @@ def test_run_answer_wait_through_the_magics(
         "resumed": False,
         "run_status": "running",
         "resume_needed": False,
+        "awaiting_worker": False,
     }
     assert repr(said) == "Sent — the agent reads it at its next turn"
     assert ok(shell, "%iterion wait {r.id}") == "finished"

@@ -218,6 +218,7 @@ def test_the_answer_magic_says_the_same_for_a_run_nothing_executes(
         "resumed": False,
         "run_status": "cancelled",
         "resume_needed": False,
+        "awaiting_worker": False,
     }
     assert repr(said.result) == (  # the widgets' words
         f"Saved — run {run_id} is cancelled, so the agent gets your answer when the run is"

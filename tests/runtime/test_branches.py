@@ -253,6 +253,7 @@ async def test_gate_parks_only_its_branch_and_an_answer_releases_it(
         "resumed": False,
         "run_status": "running",
         "resume_needed": False,
+        "awaiting_worker": False,
     }
     assert await run.wait(5) == "finished"
     assert run.outputs["gate"]["answers"][0]["answer"] == "formal"

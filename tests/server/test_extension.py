@@ -100,6 +100,7 @@ def test_an_authenticated_answer_reaches_a_run_live_in_another_process(
             "resumed": False,
             "run_status": "running",
             "resume_needed": False,
+            "awaiting_worker": False,
         }
     # the agent in the other process received the answers and finished
     out, err = live_run.communicate(timeout=60)
@@ -241,6 +242,7 @@ def test_the_cli_runs_a_workflow_while_the_jupyter_server_holds_the_store(
                 "resumed": False,
                 "run_status": "running",
                 "resume_needed": False,
+                "awaiting_worker": False,
             }
         out, err = proc.communicate(timeout=60)
     finally:
