@@ -114,7 +114,7 @@ function runStopped(q) {
 // A question's key for redrawing: an amended question is drawn again (its text or options
 // changed), and so is one whose run stopped or went on again (what its card says changes).
 function questionKey(q) {
-  return `${q.id}#${q.revision || 0}#${runStopped(q) ? q.run_status : "live"}`;
+  return `${q.id}#${q.revision || 0}#${runStopped(q) ? q.run_status : "live"}#${q.run_cluster ? "c" : ""}`;
 }
 
 // How a question that left the pending list ended, in words.
@@ -151,6 +151,10 @@ function runStateNote(q) {
   if (!runStopped(q)) return null;
   if (OVER_STATUSES.includes(q.run_status)) {
     return h("div", { class: "run-state" }, `Run ${q.run_id} has ended (${q.run_status}): no agent will read an answer.`);
+  }
+  if (q.run_cluster && q.run_status === "interrupted") {  // its cluster's workers take it up again
+    return h("div", { class: "run-state" }, `Run ${q.run_id} is interrupted; the first worker of its cluster free`
+      + " to take it up does. An answer given now is saved; the agent gets it then.");
   }
   return h("div", { class: "run-state" }, `Run ${q.run_id} is ${statusWords(q.run_status)}. An answer given now is saved; `,
     "the agent gets it when the run is resumed: ", h("code", {}, `%iterion resume ${q.run_id}`), ".");

@@ -405,10 +405,14 @@ async def _after_answer(
         outcome["ready"] = latest.status != "paused_waiting_human" or await ready_to_resume(
             session.store, latest
         )
-        # as it stands now: a worker may have taken it since; one held here waits for a holder
+        # as it stands now: a worker may have taken it since; the workers reach a DuckDB file
+        # this command holds only until it exits (then only through the next holder)
+        goes_on = latest.status == "interrupted" or (
+            latest.status == "paused_waiting_human" and outcome["ready"]
+        )
         outcome["awaiting_worker"] = (
-            not outcome["resumed"] and latest.status == "paused_waiting_human"
-            and latest.lease is None and outcome["ready"] and "held_here" not in outcome
+            not outcome["resumed"] and goes_on and latest.lease is None
+            and not isinstance(session.store, DuckDBStore)
         )  # fmt: skip
     elif outcome["resumed"]:  # this process now runs the workflow until it settles
         outcome["run_status"] = await session.run(run_id).wait()
@@ -1272,12 +1276,14 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
                         f" `iterion-nb resume {run_id} --cluster ADDRESS`)"]  # fmt: skip
             why = result.get("resume_error")
             aside = f" (this command could not queue it itself: {why})" if why else ""
-            return [_awaits_worker(state, aside)]
+            return [_awaits_worker(state, status, aside)]
+        if status == "interrupted" and result.get("awaiting_worker"):  # its worker was lost
+            return [_awaits_worker(state, status)]
         if status in _STOPPED:  # no worker takes these up by itself
             return [_kept(result, run_id, status, resume)]
         return [f"answer {state}; the run is {status}"]
     if result.get("awaiting_worker"):  # answered through a holder: a cluster's run, not taken
-        return [_awaits_worker(state)]
+        return [_awaits_worker(state, status)]
     if result.get("resume_needed"):  # paused, every answer in, and its process is gone
         return [f"answer {state}; every answer run {run_id} waits for is in, but nothing"
                 f" executes it: resume it with {resume}"]  # fmt: skip
@@ -1288,7 +1294,11 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
     return [f"answer {state}{resumed}{final}"]
 
 
-def _awaits_worker(state: str, aside: str = "") -> str:
+def _awaits_worker(state: str, status: Any, aside: str = "") -> str:
+    """A cluster's run that no worker took up yet: paused and answered, or interrupted."""
+    if status == "interrupted":
+        return (f"answer {state}; the run is interrupted: the first cluster worker free to take"
+                " it up resumes it")  # fmt: skip
     return (f"answer {state}; no cluster worker has taken the run up yet:"
             f" the first one that comes up resumes it{aside}")  # fmt: skip
 

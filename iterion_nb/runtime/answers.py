@@ -153,10 +153,11 @@ class AnswerOutcome:
     and the one that answered runs no workflows): someone must resume it.
     ``resume_error``: why this process, which would have resumed the run,
     could not (its Dask cluster cannot be reached, say); the answer is in.
-    ``awaiting_worker``: a run a Dask cluster executes is paused with every
-    answer in, nobody holds it, and no worker took it up while this answer
-    waited for one (none is up, or all are busy): the first worker free to
-    take it does (nobody needs to resume it).
+    ``awaiting_worker``: a run a Dask cluster executes that nobody holds is
+    paused with every answer in, and no worker took it up while this answer
+    waited for one (none is up, or all are busy), or it is ``interrupted``
+    (its worker was lost): the first worker free to take it does (nobody
+    needs to resume it).
     """
 
     queued: bool
@@ -373,9 +374,10 @@ class AnswerService:
         stalled = ready and run.lease is None and not cluster
         if resumed or run.status != "paused_waiting_human":
             why_not = None  # it went on all the same (a worker's watcher took it up)
-        # (the workers' watchers take up a cluster's run that nobody holds; one a live owner
-        # keeps parked, that owner resumes)
-        waits = ready and cluster and run.lease is None
+        # the workers' watchers take up a cluster's run that nobody holds and that can go on
+        # (paused with every answer in, or interrupted); one a live owner keeps, that owner
+        goes_on = ready or run.status == "interrupted"
+        waits = not resumed and goes_on and cluster and run.lease is None
         return AnswerOutcome(queued, resumed, run.status, stalled, why_not, waits)
 
     async def _resume_if_ready(

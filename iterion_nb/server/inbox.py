@@ -7,7 +7,9 @@ withdrawn by their agent, with the reason), and the newest runs with their statu
 
 Each question carries its run's status (``run_status``, effective: a run
 nothing executes reads ``interrupted``), so the sidebar can say when an answer
-will only reach the agent once the run is resumed; ``waited_on``: the run
+will only reach the agent once the run is resumed — unless ``run_cluster``:
+a Dask cluster executes the run, and its workers take it up again by
+themselves; ``waited_on``: the run
 waits for its answer at a sync point (an ``await_answers`` step, or the
 agent's ``await_answers`` pause) — an async question then no longer reads as
 one its agent works beside; and ``asker_finished``: the node visit that asked
@@ -21,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from iterion_nb.runtime import lifecycle
+from iterion_nb.runtime.answers import is_cluster_run
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction, Run
 from iterion_nb.runtime.wire import interaction_json, run_json, waited_on
@@ -42,6 +45,7 @@ def _question(
     return interaction_json(item) | {
         "workflow": run.workflow if run is not None else None,
         "run_status": run.status if run is not None else None,
+        "run_cluster": run is not None and is_cluster_run(run),
         "expires_at": item.expires_at.isoformat() if item.expires_at is not None else None,
         "waited_on": item.id in waited or gate,
         "asker_finished": finished,

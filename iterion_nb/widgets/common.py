@@ -110,7 +110,8 @@ def outcome_text(outcome: dict[str, Any], run_id: str | None = None) -> str:
     ``resume_needed``) keeps the answer until it is resumed, which this says,
     with the command that resumes it (the JupyterLab sidebar says the same). A
     cluster this session could not reach (``resume_error``) is named; a cluster's
-    run that no worker took up yet (``awaiting_worker``) waits for the first.
+    run that no worker took up yet (``awaiting_worker``: paused with every answer
+    in, or interrupted) waits for the first free one.
     """
     status = str(outcome.get("run_status") or "")
     run = f"run {run_id}" if run_id else "the run"
@@ -121,6 +122,11 @@ def outcome_text(outcome: dict[str, Any], run_id: str | None = None) -> str:
             f"Saved — every answer {run} waits for is in, but this session could not send it"
             f" to its cluster ({outcome['resume_error']}): the first worker that comes up"
             " takes it"
+        )
+    if outcome.get("awaiting_worker") and status == "interrupted":  # its worker was lost
+        return (
+            f"Saved — {run} is interrupted; the first worker of its cluster free to take it up"
+            " does, and the agent gets your answer then"
         )
     if outcome.get("awaiting_worker"):  # a cluster's run no worker took up (none up, or busy)
         return (

@@ -10,6 +10,7 @@ import anywidget
 import traitlets
 
 from iterion_nb.errors import NotFoundError
+from iterion_nb.runtime.answers import is_cluster_run
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Interaction
 from iterion_nb.runtime.wire import interaction_json, waited_on
@@ -63,6 +64,7 @@ class InboxWidget(Answering, anywidget.AnyWidget):
         self._answer = answer
         self._known: dict[str, dict[str, Any]] = {}
         self._workflows: dict[str, str] = {}
+        self._cluster_runs: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._askers = Askers()
         self.snapshots = Snapshots(self.snapshot)
@@ -95,6 +97,7 @@ class InboxWidget(Answering, anywidget.AnyWidget):
                 self._workflows[q.run_id] = ""
         workflow = self._workflows[q.run_id]
         return {**interaction_json(q), "workflow": workflow, "run_status": status,
+                "run_cluster": q.run_id in self._cluster_runs,
                 "waited_on": waits[0], "asker_finished": waits[1]}  # fmt: skip
 
     def _waits(self, q: Interaction, waited: set[str]) -> tuple[bool, bool]:
@@ -107,9 +110,12 @@ class InboxWidget(Answering, anywidget.AnyWidget):
         found: dict[str, str] = {}
         for run_id in sorted(run_ids):
             try:
-                found[run_id] = (await self.store.get_run(run_id)).status
+                run = await self.store.get_run(run_id)
             except NotFoundError:
                 continue
+            found[run_id] = run.status
+            if is_cluster_run(run):  # (its workers take it up again, interrupted or answered)
+                self._cluster_runs.add(run_id)
         return found
 
     # -- store -> state ------------------------------------------------------

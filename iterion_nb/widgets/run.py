@@ -20,6 +20,7 @@ import traitlets
 from iterion_nb.errors import CompileError, NotFoundError
 from iterion_nb.ir import compile_stored
 from iterion_nb.ir import model as m
+from iterion_nb.runtime.answers import is_cluster_run
 from iterion_nb.runtime.ports import Store
 from iterion_nb.runtime.records import Event, Interaction, Run
 from iterion_nb.runtime.wire import event_json, interaction_json, waited_on
@@ -183,6 +184,7 @@ class RunWidget(Answering, anywidget.AnyWidget):
             {
                 **interaction_json(q),
                 "run_status": run.status,
+                "run_cluster": is_cluster_run(run),
                 "waited_on": q.id in waited or self._askers.waits(q)[0],
                 "asker_finished": self._askers.waits(q)[1],
             }

@@ -25,6 +25,8 @@ export interface IQuestion {
   workflow: string | null;
   /** Its run's status (effective: `interrupted` when nothing executes the run). */
   run_status?: string | null;
+  /** A Dask cluster executes its run: its workers take it up again by themselves. */
+  run_cluster?: boolean;
   expires_at: string | null;
   /** How it ended unanswered: expired, or withdrawn by its agent (retracted). */
   ended?: 'expired' | 'retracted' | null;
@@ -61,7 +63,7 @@ export interface IAnswerOutcome {
   run_status?: string;
   /** Paused with every answer in, and nothing executes it: someone must resume it. */
   resume_needed?: boolean;
-  /** A Dask cluster's run, paused with every answer in, that no worker took up yet. */
+  /** A Dask cluster's run no worker took up yet (paused with every answer in, or interrupted). */
   awaiting_worker?: boolean;
   /** Why the answering process could not send the run to its cluster itself. */
   resume_error?: string;

@@ -48,6 +48,13 @@ export function runState(q: IQuestion): Parts | null {
   if (!RESUMABLE.includes(status)) {
     return [`Run ${q.run_id} has ended (${stateText(status)}): no agent will read an answer.`];
   }
+  if (q.run_cluster && status === 'interrupted') {
+    // its cluster's workers take it up again: nobody needs to resume it
+    return [
+      `Run ${q.run_id} is interrupted; the first worker of its cluster free to take it up ` +
+        'does. An answer given now is saved; the agent gets it then.'
+    ];
+  }
   return [
     `Run ${q.run_id} is ${stateText(status)}. An answer given now is saved; ` +
       'the agent gets it when the run is resumed: ',
@@ -96,6 +103,17 @@ export function outcomeText(
   if (outcome.resumed) {
     return { saved: false, parts: ['Answered — the run goes on'] };
   }
+  const status = outcome.run_status ?? q.run_status;
+  if (outcome.awaiting_worker && status === 'interrupted') {
+    // its worker was lost: the next one free takes it up; the message goes once it runs
+    return {
+      saved: true,
+      parts: [
+        `Saved — run ${q.run_id} is interrupted; the first worker of its cluster free to take ` +
+          'it up does, and the agent gets your answer then'
+      ]
+    };
+  }
   if (outcome.resume_error || outcome.awaiting_worker) {
     // a cluster's run: no one resumes it, a worker takes it up once one is up
     const why = outcome.resume_error
@@ -121,7 +139,6 @@ export function outcomeText(
       ]
     };
   }
-  const status = outcome.run_status ?? q.run_status;
   if (status && !isLive(status)) {
     if (!RESUMABLE.includes(status)) {
       return {
@@ -433,7 +450,7 @@ export class InboxPanel extends Widget {
  * in place when the run's status changes (the card keeps what is typed in it).
  */
 function drawRunState(card: HTMLElement, q: IQuestion): void {
-  const status = `${q.run_status ?? ''}#${waits(q)}`;
+  const status = `${q.run_status ?? ''}#${waits(q)}#${q.run_cluster ? 'cluster' : ''}`;
   if (card.dataset.runStatus === status) {
     return;
   }

@@ -26,10 +26,12 @@ import pytest
 
 import iterion_nb as it
 from iterion_nb.api.holder import StoreService
+from iterion_nb.server.inbox import snapshot
 from iterion_nb.session import Session
 from iterion_nb.session.cluster import SCAN_INTERVAL
 from iterion_nb.store.remote import open_store
 from iterion_nb.widgets.common import outcome_text
+from iterion_nb.widgets.inbox import InboxWidget
 from tests.pgserver import PgServer
 
 from .procs import CliCluster, free_port
@@ -708,6 +710,105 @@ async def test_answered_on_a_duckdb_store_with_no_worker_up_the_answer_says_who_
                                     "--json")  # fmt: skip
     assert json.loads(shown.stdout)["status"] == "paused_waiting_human"
     assert not (chdir / "ran.txt").exists()
+
+
+async def _never_answers(*_: Any) -> dict[str, Any]:
+    raise AssertionError("nothing is answered through this widget")
+
+
+async def _listed(inbox: Any, count: int) -> bool:
+    return len(inbox.pending) == count
+
+
+ASKS_THEN_SLOW = """\
+agent asker:
+  model: "scripted"
+  interaction: async
+  user: "Ask, then go on."
+
+tool slow:
+  command: "echo slow-$PPID >> ran.txt; while [ ! -f go ]; do sleep 0.05; done"
+
+workflow w:
+  entry: asker
+  asker -> slow
+  slow -> done
+"""
+
+
+async def test_a_question_of_a_cluster_run_whose_worker_was_lost_says_a_worker_takes_it(
+    chdir: Path, postgres_url: str
+) -> None:
+    """Every worker is lost mid-run: the run reads ``interrupted``, and its workers take it up
+    again by themselves. Its pending questions say so (``run_cluster`` beside the status, for
+    the sidebar's and the widgets' cards), and so does an answer (``awaiting_worker``), from
+    Python and from the CLI — not "resume it"; the first worker that comes up takes it."""
+    store = schema_url(postgres_url)
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1, store)
+    questions = [{"name": "ask_user_async", "input": {"question": q}} for q in ("Red?", "Blue?")]
+    scenario = {"nodes": {"asker": [{"tool_calls": questions}, {"text": "Asked."}]}}
+    session = Session(store, cluster=cluster.address, workdir=chdir, scenario=scenario)
+    try:
+        run = await session.start(it.compile(ASKS_THEN_SLOW))
+
+        async def in_slow() -> bool:
+            return (chdir / "ran.txt").exists()
+
+        await until(in_slow, timeout=60)
+        await asyncio.to_thread(cluster.kill_workers)
+
+        async def interrupted() -> bool:
+            return (await run.refresh()).status == "interrupted"
+
+        await until(interrupted, timeout=60)  # its lease lapsed with its worker
+        served = open_store(store)
+        try:
+            shown = (await snapshot(served))["pending"]
+        finally:
+            await served.close()
+        assert [(q["run_status"], q["run_cluster"]) for q in shown] == [("interrupted", True)] * 2
+        inbox = InboxWidget(session.store, _never_answers, None)  # a notebook's inbox: the same
+        try:
+            await until(lambda: _listed(inbox, 2), timeout=30)
+            assert {(q["run_status"], q["run_cluster"]) for q in inbox.pending} == {
+                ("interrupted", True)
+            }
+        finally:
+            inbox.close()
+        red, blue = await run.pending_questions()
+        elsewhere = Session(store, cluster=False, workdir=chdir)
+        try:
+            said = await elsewhere.run(run.id).answer(red.id, "yes", answered_by="ada")
+        finally:
+            await elsewhere.close()
+        assert said == {
+            "queued": True, "resumed": False, "run_status": "interrupted",
+            "resume_needed": False, "awaiting_worker": True,
+        }  # fmt: skip
+        assert outcome_text(said, run.id) == (
+            f"Saved — run {run.id} is interrupted; the first worker of its cluster free to take"
+            " it up does, and the agent gets your answer then"
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ITERION_NB_")}
+        answered = await asyncio.to_thread(
+            subprocess.run,
+            [CLI, "runs", "answer", run.id, blue.id, "no", "--store", store],
+            capture_output=True, text=True, timeout=120, env=env, check=False,
+        )  # fmt: skip
+        assert answered.stdout == (
+            "answer queued for the agent; the run is interrupted: the first cluster worker free"
+            " to take it up resumes it\n"
+        ), answered.stderr
+        (chdir / "go").touch()
+        await asyncio.to_thread(cluster.add_worker)  # the first worker that comes up ...
+
+        async def finished() -> bool:
+            return (await run.refresh()).status == "finished"
+
+        await until(finished, timeout=90)  # ... takes it up
+    finally:
+        await session.close()
+        await asyncio.to_thread(cluster.close)
 
 
 #: A process that holds a DuckDB store and serves it (as a notebook or JupyterLab does).

@@ -508,7 +508,15 @@ def test_an_answer_nothing_will_resume_the_run_for_says_to_resume_it(
     saved.wait_for(state="detached", timeout=30_000)  # no longer paused: it no longer holds
 
 
-CLUSTER_GATE = """\
+CLUSTER_FLOW = """\
+agent asker:
+  model: "scripted"
+  interaction: async
+  user: "Ask, then go on."
+
+tool slow:
+  command: "echo slow >> ran.txt; while [ ! -f go ]; do sleep 0.05; done"
+
 human gate:
   instructions: "Deploy on the cluster?"
 
@@ -516,7 +524,9 @@ tool after:
   command: "echo deployed >> ran.txt"
 
 workflow deploy:
-  entry: gate
+  entry: asker
+  asker -> slow
+  slow -> gate
   gate -> after
   after -> done
 """
@@ -529,43 +539,83 @@ def _in_a_thread(work: Any) -> Any:
         return pool.submit(asyncio.run, work()).result(timeout=120)
 
 
-@pytest.mark.timeout(300)
+def _status(served: dict[str, Any], run_id: str) -> str:
+    url = f"{served['url']}/iterion/api/runs/{run_id}?token={served['token']}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(json.loads(response.read())["status"])
+
+
+def _until_status(served: dict[str, Any], run_id: str, status: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while (now := _status(served, run_id)) != status:
+        assert time.monotonic() < end, f"run {run_id} is {now}, not {status}"
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(400)
 def test_a_cluster_run_no_worker_is_up_for_says_the_first_worker_takes_it(
     tmp_path_factory: pytest.TempPathFactory, postgres_url: str, browser: Any
 ) -> None:
-    """A Dask cluster's run parked at its gate, every worker gone, answered in the sidebar
-    of a JupyterLab serving its PostgreSQL store: the answer is saved, and the sidebar says
-    no worker has taken the run up yet and that the first one that comes up does (not
-    "resume it": nobody needs to) — until a worker comes up, takes it, and it finishes."""
+    """A Dask cluster's run, in a JupyterLab serving its PostgreSQL store: its workers take
+    it up again by themselves, so the sidebar never says "resume it". Its worker lost
+    mid-run, the run is interrupted: the question's card says the first free worker takes
+    it up, and so does the answer. Then, parked at its gate with every worker gone, the
+    answer is saved, and the sidebar says no worker has taken the run up yet — until one
+    comes up, takes it, and it finishes."""
     from iterion_nb.session import Session
     from tests.cluster.procs import CliCluster
     from tests.cluster.test_faults import schema_url
 
     root = tmp_path_factory.mktemp("labcluster")
     store = schema_url(postgres_url)
-    cluster = CliCluster(root, 2, store)
+    cluster = CliCluster(root, 1, store)
+    asks = {"name": "ask_user_async", "input": {"question": "Red or blue?"}}
+    scenario = {"nodes": {"asker": [{"tool_calls": [asks]}, {"text": "Asked."}]}}
     page = browser.new_page(viewport={"width": 1400, "height": 950})
     try:
 
-        async def parked() -> str:
-            session = Session(store, cluster=cluster.address, workdir=root)
+        async def started() -> str:
+            session = Session(store, cluster=cluster.address, workdir=root, scenario=scenario)
             try:
-                run = await session.start(it.compile(CLUSTER_GATE))
-                assert await run.wait(60) == "paused_waiting_human", run.error
-                return run.id
+                return (await session.start(it.compile(CLUSTER_FLOW))).id
             finally:
                 await session.close()
 
-        run_id = _in_a_thread(parked)
-        cluster.kill_workers()  # nobody is up to take the run once it is answered
+        run_id = _in_a_thread(started)
         with serve_lab(root, {"ITERION_NB_STORE": store}) as served:
+            for _ in range(600):  # the slow tool runs on the worker
+                if (root / "ran.txt").exists():
+                    break
+                time.sleep(0.1)
+            cluster.kill_workers()  # mid-run: the run is interrupted once its lease lapses
+            _until_status(served, run_id, "interrupted")
             open_lab(page, served)
-            card = page.locator(f"{INBOX} .iterion-card.pending", has_text="Deploy on the")
-            card.wait_for(timeout=60_000)
+            card = page.locator(f"{INBOX} .iterion-card.pending", has_text="Red or blue?")
+            state = card.locator(".iterion-run-state")
+            state.wait_for(timeout=60_000)
+            assert state.inner_text() == (
+                f"Run {run_id} is interrupted; the first worker of its cluster free to take it"
+                " up does. An answer given now is saved; the agent gets it then."
+            )
             box = card.locator("input.iterion-free-text")
-            box.fill("go")
+            box.fill("red")
             box.press("Enter")
             saved = page.locator(f"{INBOX} .iterion-result.iterion-saved .iterion-result-text")
+            saved.wait_for(timeout=30_000)
+            assert saved.inner_text() == (
+                f"Saved — run {run_id} is interrupted; the first worker of its cluster free to"
+                " take it up does, and the agent gets your answer then"
+            )
+            (root / "go").touch()
+            cluster.add_worker()  # takes the run up, which goes on to its gate ...
+            saved.wait_for(state="detached", timeout=90_000)  # (running again: the note goes)
+            gate = page.locator(f"{INBOX} .iterion-card.pending", has_text="Deploy on the")
+            gate.wait_for(timeout=90_000)
+            _until_status(served, run_id, "paused_waiting_human")
+            cluster.kill_workers()  # ... where it is parked: nobody is up to take it on
+            box = gate.locator("input.iterion-free-text")
+            box.fill("go")
+            box.press("Enter")
             saved.wait_for(timeout=30_000)
             assert saved.inner_text() == (
                 f"Saved — every answer run {run_id} waits for is in; no worker of its cluster"
@@ -575,14 +625,8 @@ def test_a_cluster_run_no_worker_is_up_for_says_the_first_worker_takes_it(
             assert saved.is_visible()
             cluster.add_worker()  # the first worker that comes up takes it ...
             saved.wait_for(state="detached", timeout=60_000)  # ... so the message goes
-            runs = f"{served['url']}/iterion/api/runs/{run_id}?token={served['token']}"
-            for _ in range(300):
-                with urllib.request.urlopen(runs, timeout=10) as response:
-                    status = json.loads(response.read())["status"]
-                if status == "finished":
-                    break
-                time.sleep(0.1)
-            assert status == "finished"
+            _until_status(served, run_id, "finished")
+        assert (root / "ran.txt").read_text().split() == ["slow", "slow", "deployed"]
     finally:
         page.close()
         cluster.close()

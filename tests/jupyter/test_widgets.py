@@ -89,6 +89,7 @@ async def test_inbox_shows_pending_questions_with_options(session: Session) -> N
     tone = next(q for q in inbox.pending if q["questions"] == ["Tone?"])
     assert tone["options"] == [{"id": "formal", "label": "Formal"}]
     assert tone["kind"] == "async" and tone["node_id"] == "writer" and tone["run_id"] == run.id
+    assert tone["run_cluster"] is False  # run in this process: a stopped one needs a resume
     assert inbox.scope == f"run {run.id}"
     inbox.close()
 
