@@ -1007,6 +1007,16 @@ def _heard_last(workdir: Path, node: str) -> set[str]:
     return set(mine[-1]["seen"]) if mine else set()
 
 
+def _answered_then_resumed(procs: Procs, question: str) -> None:
+    """Answer ``question`` with the CLI (acknowledged), then resume the run to its end."""
+    answered = procs.spawn("cli", [CLI, "runs", "answer", RUN, question, f"ans-{question}",
+                                   "--as", "campaign", "--store", "runs.duckdb"])  # fmt: skip
+    assert procs.wait(answered, 60) == 0, procs.output(answered)  # acknowledged
+    second = start_runner(procs, "resume")
+    assert procs.wait(second, 60) == 0
+    assert "settled finished" in procs.output(second), procs.output(second)
+
+
 def test_a_human_question_recorded_just_before_a_kill_is_reused(tmp_path: Path) -> None:
     flow = 'tool t1:\n  command: "echo t1 $PPID >> ran.txt"\n\nhuman approve:\n'
     flow += '  instructions: "Ship it?"\n\ntool t2:\n  command: "echo t2 $PPID >> ran.txt"\n\n'
@@ -1020,12 +1030,7 @@ def test_a_human_question_recorded_just_before_a_kill_is_reused(tmp_path: Path) 
         state = probe(db)
         assert state["status"] == "interrupted"
         (question,) = [i["id"] for i in state["interactions"] if i["pending"]]
-        answered = procs.spawn("cli", [CLI, "runs", "answer", RUN, question, f"ans-{question}",
-                                       "--as", "campaign", "--store", "runs.duckdb"])  # fmt: skip
-        assert procs.wait(answered, 60) == 0, procs.output(answered)  # acknowledged
-        second = start_runner(procs, "resume")
-        assert procs.wait(second, 60) == 0
-        assert "settled finished" in procs.output(second), procs.output(second)
+        _answered_then_resumed(procs, question)
     finally:
         procs.cleanup()
     final = probe(db)
@@ -1057,12 +1062,7 @@ def test_a_pause_record_posted_just_before_a_kill_is_closed_by_the_rerun(tmp_pat
         assert sorted((i["kind"], i["pending"]) for i in state["interactions"]) == [
             ("async", True), ("await", True)]  # fmt: skip
         (question,) = [i["id"] for i in state["interactions"] if i["kind"] == "async"]
-        answered = procs.spawn("cli", [CLI, "runs", "answer", RUN, question, f"ans-{question}",
-                                       "--as", "campaign", "--store", "runs.duckdb"])  # fmt: skip
-        assert procs.wait(answered, 60) == 0, procs.output(answered)  # acknowledged
-        second = start_runner(procs, "resume")
-        assert procs.wait(second, 60) == 0
-        assert "settled finished" in procs.output(second), procs.output(second)
+        _answered_then_resumed(procs, question)
     finally:
         procs.cleanup()
     final = probe(db)

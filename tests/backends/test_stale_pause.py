@@ -27,9 +27,7 @@ from iterion_nb.session import RunHandle
 
 from .conftest import Harness
 from .test_interaction import wait_for
-from .test_reask_after_rerun import ask, killed_after_post
-
-KINDS = ["scripted", "claude_code"]
+from .test_reask_after_rerun import KINDS, ask, killed_after_post
 
 ASKER = """\
 schema result:

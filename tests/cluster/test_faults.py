@@ -32,6 +32,7 @@ from iterion_nb.session.cluster import SCAN_INTERVAL
 from iterion_nb.store.remote import open_store
 from iterion_nb.widgets.common import outcome_text
 from iterion_nb.widgets.inbox import InboxWidget
+from tests.api.test_crash_campaign import HOLDER
 from tests.pgserver import PgServer
 
 from .procs import CliCluster, free_port
@@ -811,23 +812,6 @@ async def test_a_question_of_a_cluster_run_whose_worker_was_lost_says_a_worker_t
         await asyncio.to_thread(cluster.close)
 
 
-#: A process that holds a DuckDB store and serves it (as a notebook or JupyterLab does).
-HOLDS = textwrap.dedent(
-    """
-    import asyncio, sys
-    from iterion_nb.api.holder import open_served_store
-
-    async def main():
-        store = open_served_store(sys.argv[1])
-        await store.list_runs()
-        print("ready", flush=True)
-        await asyncio.sleep(600)
-
-    asyncio.run(main())
-    """
-)
-
-
 async def test_answered_through_a_holder_with_no_worker_up_says_the_first_worker_takes_it(
     chdir: Path,
 ) -> None:
@@ -849,7 +833,7 @@ async def test_answered_through_a_holder_with_no_worker_up_says_the_first_worker
             assert started.returncode == 0, started.stderr
             run_ids.append(started.stdout.split()[1])
         await asyncio.to_thread(cluster.kill_workers)  # the scheduler stays, with its watchers
-        holder = subprocess.Popen([sys.executable, "-c", HOLDS, store], cwd=chdir,
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, store], cwd=chdir,
                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
         assert holder.stdout is not None
         assert await asyncio.to_thread(holder.stdout.readline) == "ready\n"
