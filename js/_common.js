@@ -154,7 +154,8 @@ function runStateNote(q) {
   }
   if (q.run_cluster && q.run_status === "interrupted") {  // its cluster's workers take it up again
     return h("div", { class: "run-state" }, `Run ${q.run_id} is interrupted; the first worker of its cluster free`
-      + " to take it up does. An answer given now is saved; the agent gets it then.");
+      + " to take it up resumes it (with no worker up: ", h("code", {}, `%iterion resume ${q.run_id}`),
+      "). An answer given now is saved; the agent gets it then.");
   }
   return h("div", { class: "run-state" }, `Run ${q.run_id} is ${statusWords(q.run_status)}. An answer given now is saved; `,
     "the agent gets it when the run is resumed: ", h("code", {}, `%iterion resume ${q.run_id}`), ".");

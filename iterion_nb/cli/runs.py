@@ -390,13 +390,14 @@ async def _after_answer(
         outcome["cluster"] = True
         paused = latest.status == "paused_waiting_human"
         ready = paused and await ready_to_resume(session.store, latest)
-        if isinstance(session.store, DuckDBStore) and (latest.status == "running" or ready):
+        holds_file = _holds_file(session.store)
+        if holds_file and (latest.status == "running" or ready):
             before = latest.updated_at
             latest = await _serve_workers(session, run_id, latest, began)
             outcome["resumed"] = outcome["resumed"] or latest.updated_at != before
             if outcome["resumed"]:  # a worker took it up through this process after all
                 outcome.pop("resume_error", None)
-            outcome["held_here"] = str(session.store.path)
+            outcome["held_here"] = str(getattr(session.store, "path", ""))
         if not outcome["resumed"] and session.executor is not None and session.executor.error:
             outcome.setdefault("resume_error", session.executor.error)  # (watchers may still)
         if outcome["resumed"] and _in_queue(latest):  # queued here: has a worker taken it?
@@ -411,9 +412,10 @@ async def _after_answer(
             latest.status == "paused_waiting_human" and outcome["ready"]
         )
         outcome["awaiting_worker"] = (
-            not outcome["resumed"] and goes_on and latest.lease is None
-            and not isinstance(session.store, DuckDBStore)
+            not outcome["resumed"] and goes_on and latest.lease is None and not holds_file
         )  # fmt: skip
+        if holds_file and latest.status == "interrupted":  # no worker reaches it once we exit
+            outcome["unheld"] = str(getattr(session.store, "path", ""))
     elif outcome["resumed"]:  # this process now runs the workflow until it settles
         outcome["run_status"] = await session.run(run_id).wait()
         outcome["waited"] = True
@@ -467,8 +469,9 @@ async def _serve_workers(session: Session, run_id: str, latest: Any, began: floa
     finds this process as the store's holder); once a worker executes it, this
     process serves the file until the run finishes or pauses again.
     """
-    assert isinstance(session.store, DuckDBStore)
-    sys.stderr.write(_SERVING_WORKERS.format(run_id=run_id, store=session.store.path))
+    assert _holds_file(session.store)
+    store = getattr(session.store, "path", "")
+    sys.stderr.write(_SERVING_WORKERS.format(run_id=run_id, store=store))
     sys.stderr.flush()
     deadline = began + TAKE_UP_SECONDS  # the answer's hand-over wait counts too
     answered = latest.updated_at
@@ -483,6 +486,15 @@ async def _serve_workers(session: Session, run_id: str, latest: Any, began: floa
         await session.run(run_id).wait()
         latest = await session.store.get_run(run_id)
     return latest
+
+
+def _holds_file(store: Any) -> bool:
+    """Whether this process holds a DuckDB store's file.
+
+    It opened it itself, or took it over from a holder that died: cluster workers
+    then reach it only through this process.
+    """
+    return isinstance(store, DuckDBStore) or bool(getattr(store, "took_over", False))
 
 
 _SERVING_WORKERS = (
@@ -1264,26 +1276,9 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
     resume = f"`iterion-nb resume {run_id}{f' --store {mask_url(store)}' if store else ''}`"
     status = result.get("run_status")
     if result.get("cluster"):
-        if result.get("in_queue"):  # queued on the cluster, no worker took it up yet
-            return [_queued_answer(result, state)]
-        if result.get("resumed"):
-            return [f"answer {state}; a cluster worker resumed the run; it is {status}"]
-        if status == "paused_waiting_human" and result.get("ready"):
-            if result.get("held_here"):  # the workers reach a DuckDB store only through a holder
-                return [f"answer {state}; no cluster worker took the run up while this command"
-                        f" held the store {result['held_here']}: one does once a process holds"
-                        " it again (a notebook, JupyterLab, or"
-                        f" `iterion-nb resume {run_id} --cluster ADDRESS`)"]  # fmt: skip
-            why = result.get("resume_error")
-            aside = f" (this command could not queue it itself: {why})" if why else ""
-            return [_awaits_worker(state, status, aside)]
-        if status == "interrupted" and result.get("awaiting_worker"):  # its worker was lost
-            return [_awaits_worker(state, status)]
-        if status in _STOPPED:  # no worker takes these up by itself
-            return [_kept(result, run_id, status, resume)]
-        return [f"answer {state}; the run is {status}"]
+        return [_cluster_answered(result, state, run_id, resume)]
     if result.get("awaiting_worker"):  # answered through a holder: a cluster's run, not taken
-        return [_awaits_worker(state, status)]
+        return [_awaits_worker(state, status, resume)]
     if result.get("resume_needed"):  # paused, every answer in, and its process is gone
         return [f"answer {state}; every answer run {run_id} waits for is in, but nothing"
                 f" executes it: resume it with {resume}"]  # fmt: skip
@@ -1294,11 +1289,39 @@ def _answered(result: Any, args: argparse.Namespace | None) -> list[str]:
     return [f"answer {state}{resumed}{final}"]
 
 
-def _awaits_worker(state: str, status: Any, aside: str = "") -> str:
+def _cluster_answered(result: Any, state: str, run_id: str, resume: str) -> str:
+    """What an answer to a cluster's run did, answered in this process."""
+    status = result.get("run_status")
+    if result.get("in_queue"):  # queued on the cluster, no worker took it up yet
+        return _queued_answer(result, state)
+    if result.get("resumed"):
+        return f"answer {state}; a cluster worker resumed the run; it is {status}"
+    later = (" (a notebook, JupyterLab, or"
+             f" `iterion-nb resume {run_id} --cluster ADDRESS`)")  # fmt: skip
+    if status == "paused_waiting_human" and result.get("ready"):
+        if result.get("held_here"):  # the workers reach a DuckDB store only through a holder
+            return (f"answer {state}; no cluster worker took the run up while this command"
+                    f" held the store {result['held_here']}: one does once a process holds"
+                    f" it again{later}")  # fmt: skip
+        why = result.get("resume_error")
+        aside = f" (this command could not queue it itself: {why})" if why else ""
+        return _awaits_worker(state, status, resume, aside)
+    if status == "interrupted" and result.get("awaiting_worker"):  # its worker was lost
+        return _awaits_worker(state, status, resume)
+    if status == "interrupted" and result.get("unheld"):  # nobody serves the file now
+        return (f"answer {state}; the run is interrupted: no cluster worker can take it up"
+                f" while no process holds the store {result['unheld']}; one does once a"
+                f" process holds it{later}")  # fmt: skip
+    if status in _STOPPED:  # no worker takes these up by itself
+        return _kept(result, run_id, status, resume)
+    return f"answer {state}; the run is {status}"
+
+
+def _awaits_worker(state: str, status: Any, resume: str, aside: str = "") -> str:
     """A cluster's run that no worker took up yet: paused and answered, or interrupted."""
     if status == "interrupted":
         return (f"answer {state}; the run is interrupted: the first cluster worker free to take"
-                " it up resumes it")  # fmt: skip
+                f" it up resumes it (with no worker up: {resume})")  # fmt: skip
     return (f"answer {state}; no cluster worker has taken the run up yet:"
             f" the first one that comes up resumes it{aside}")  # fmt: skip
 

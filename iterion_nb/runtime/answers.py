@@ -156,8 +156,8 @@ class AnswerOutcome:
     ``awaiting_worker``: a run a Dask cluster executes that nobody holds is
     paused with every answer in, and no worker took it up while this answer
     waited for one (none is up, or all are busy), or it is ``interrupted``
-    (its worker was lost): the first worker free to take it does (nobody
-    needs to resume it).
+    (its worker was lost): the first worker free to take it up resumes it
+    (a person's resume is needed only if none comes up).
     """
 
     queued: bool

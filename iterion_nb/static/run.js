@@ -155,7 +155,8 @@ function runStateNote(q) {
   }
   if (q.run_cluster && q.run_status === "interrupted") {  // its cluster's workers take it up again
     return h("div", { class: "run-state" }, `Run ${q.run_id} is interrupted; the first worker of its cluster free`
-      + " to take it up does. An answer given now is saved; the agent gets it then.");
+      + " to take it up resumes it (with no worker up: ", h("code", {}, `%iterion resume ${q.run_id}`),
+      "). An answer given now is saved; the agent gets it then.");
   }
   return h("div", { class: "run-state" }, `Run ${q.run_id} is ${statusWords(q.run_status)}. An answer given now is saved; `,
     "the agent gets it when the run is resumed: ", h("code", {}, `%iterion resume ${q.run_id}`), ".");
@@ -627,10 +628,12 @@ function render({ model, el }) {
         h("code", {}, `%iterion resume ${run}`), " if it reads interrupted)."]));
       return;
     }
-    note.replaceChildren(status === "interrupted"
-      ? h("div", { class: "note" }, "Nothing runs this run now: the kernel or process that ran it stopped. ",
-        "It resumes where it stopped with ", h("code", {}, `%iterion resume ${run}`), ".")
-      : "");
+    const cluster = model.get("cluster");  // a cluster's workers take its runs up again
+    note.replaceChildren(status !== "interrupted" ? ""
+      : cluster ? h("div", { class: "note" }, "Its worker was lost: the first worker of its cluster free to take it",
+        " up resumes it where it stopped (with no worker up: ", h("code", {}, `%iterion resume ${run}`), ").")
+      : h("div", { class: "note" }, "Nothing runs this run now: the kernel or process that ran it stopped. ",
+        "It resumes where it stopped with ", h("code", {}, `%iterion resume ${run}`), "."));
   };
   const drawDetails = () => {
     const d = model.get("details") || {};
@@ -684,7 +687,7 @@ function render({ model, el }) {
     graph: drawGraph,
     states: () => view && view.paint(), notes: () => view && view.paint(),
     selected: () => { if (view) view.paint(); },
-    status: () => { drawHeader(); }, progress: drawHeader, workflow: drawHeader,
+    status: () => { drawHeader(); }, progress: drawHeader, workflow: drawHeader, cluster: drawHeader,
     usage: drawHeader,
     details: drawDetails, questions: () => { drawForms(); drawExtra(); }, answerable: drawForms,
     last_result: drawResult, error: drawError, events: drawExtra,

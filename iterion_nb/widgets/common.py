@@ -123,15 +123,17 @@ def outcome_text(outcome: dict[str, Any], run_id: str | None = None) -> str:
             f" to its cluster ({outcome['resume_error']}): the first worker that comes up"
             " takes it"
         )
+    # a cluster's run no worker took up (none up, or all busy): one does, else a resume
+    fallback = f" (with no worker up: %iterion resume {run_id or 'RUN'})"
     if outcome.get("awaiting_worker") and status == "interrupted":  # its worker was lost
         return (
             f"Saved — {run} is interrupted; the first worker of its cluster free to take it up"
-            " does, and the agent gets your answer then"
+            f" resumes it, and the agent gets your answer then{fallback}"
         )
-    if outcome.get("awaiting_worker"):  # a cluster's run no worker took up (none up, or busy)
+    if outcome.get("awaiting_worker"):
         return (
             f"Saved — every answer {run} waits for is in; no worker of its cluster has taken it"
-            " up yet: the first worker free to take it does"
+            f" up yet: the first one free resumes it{fallback}"
         )
     if outcome.get("resume_needed"):  # paused, answered, and its process is gone
         return (

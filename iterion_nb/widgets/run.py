@@ -69,6 +69,8 @@ class RunWidget(Answering, anywidget.AnyWidget):
     states = traitlets.Dict().tag(sync=True)
     notes = traitlets.Dict().tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
+    #: A Dask cluster executes the run: its workers take it up again when it is interrupted.
+    cluster = traitlets.Bool(False).tag(sync=True)
     progress = traitlets.Dict().tag(sync=True)
     usage = traitlets.Dict().tag(sync=True)
     events: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
@@ -192,6 +194,7 @@ class RunWidget(Answering, anywidget.AnyWidget):
             if q.kind != "await"
         ]
         self.error = self._failure or run.error or ""
+        self.cluster = is_cluster_run(run)
         self.status = run.status
         self._show_details()
 

@@ -49,10 +49,12 @@ export function runState(q: IQuestion): Parts | null {
     return [`Run ${q.run_id} has ended (${stateText(status)}): no agent will read an answer.`];
   }
   if (q.run_cluster && status === 'interrupted') {
-    // its cluster's workers take it up again: nobody needs to resume it
+    // its cluster's workers take it up again (a resume only if none is up)
     return [
       `Run ${q.run_id} is interrupted; the first worker of its cluster free to take it up ` +
-        'does. An answer given now is saved; the agent gets it then.'
+        'resumes it (with no worker up: ',
+      ...resumeHint(q.run_id),
+      '). An answer given now is saved; the agent gets it then.'
     ];
   }
   return [
@@ -110,21 +112,27 @@ export function outcomeText(
       saved: true,
       parts: [
         `Saved — run ${q.run_id} is interrupted; the first worker of its cluster free to take ` +
-          'it up does, and the agent gets your answer then'
+          'it up resumes it, and the agent gets your answer then (with no worker up: ',
+        ...resumeHint(q.run_id),
+        ')'
       ]
     };
   }
   if (outcome.resume_error || outcome.awaiting_worker) {
     // a cluster's run: no one resumes it, a worker takes it up once one is up
-    const why = outcome.resume_error
-      ? `, but this session could not send it to its cluster (${outcome.resume_error}): ` +
-        'the first worker that comes up takes it'
-      : '; no worker of its cluster has taken it up yet: the first worker free to take it does';
-    return {
-      saved: true,
-      stalled: true,
-      parts: [`Saved — every answer run ${q.run_id} waits for is in${why}`]
-    };
+    const saved = `Saved — every answer run ${q.run_id} waits for is in`;
+    const parts: Parts = outcome.resume_error
+      ? [
+          `${saved}, but this session could not send it to its cluster ` +
+            `(${outcome.resume_error}): the first worker that comes up takes it`
+        ]
+      : [
+          `${saved}; no worker of its cluster has taken it up yet: the first one free ` +
+            'resumes it (with no worker up: ',
+          ...resumeHint(q.run_id),
+          ')'
+        ];
+    return { saved: true, stalled: true, parts };
   }
   if (outcome.resume_needed) {
     // paused with every answer in, and the process that ran it is gone

@@ -148,7 +148,8 @@ async def test_answered_while_no_worker_is_up_the_first_worker_that_comes_up_tak
             }  # fmt: skip
             assert outcome_text(said, run.id) == (
                 f"Saved — every answer run {run.id} waits for is in; no worker of its cluster"
-                " has taken it up yet: the first worker free to take it does"
+                " has taken it up yet: the first one free resumes it (with no worker up:"
+                f" %iterion resume {run.id})"
             )
         else:
             if scheduler_away == "cli":
@@ -788,7 +789,8 @@ async def test_a_question_of_a_cluster_run_whose_worker_was_lost_says_a_worker_t
         }  # fmt: skip
         assert outcome_text(said, run.id) == (
             f"Saved — run {run.id} is interrupted; the first worker of its cluster free to take"
-            " it up does, and the agent gets your answer then"
+            " it up resumes it, and the agent gets your answer then (with no worker up:"
+            f" %iterion resume {run.id})"
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("ITERION_NB_")}
         answered = await asyncio.to_thread(
@@ -796,10 +798,10 @@ async def test_a_question_of_a_cluster_run_whose_worker_was_lost_says_a_worker_t
             [CLI, "runs", "answer", run.id, blue.id, "no", "--store", store],
             capture_output=True, text=True, timeout=120, env=env, check=False,
         )  # fmt: skip
-        assert answered.stdout == (
+        assert answered.stdout.startswith(
             "answer queued for the agent; the run is interrupted: the first cluster worker free"
-            " to take it up resumes it\n"
-        ), answered.stderr
+            f" to take it up resumes it (with no worker up: `iterion-nb resume {run.id} --store"
+        ), (answered.stdout, answered.stderr)
         (chdir / "go").touch()
         await asyncio.to_thread(cluster.add_worker)  # the first worker that comes up ...
 
@@ -871,6 +873,70 @@ async def test_answered_through_a_holder_with_no_worker_up_says_the_first_worker
             holder.wait()
         await asyncio.to_thread(cluster.close)
     assert ran(chdir) == Counter({"after": 2})
+
+
+async def test_an_interrupted_cluster_run_on_a_duckdb_file_nobody_holds_says_who_takes_it(
+    chdir: Path,
+) -> None:
+    """Its worker and the command that held the DuckDB file both killed: an answer through
+    the file says that no worker can take the run up until a process holds the store — not
+    that the first free worker does — and once one holds it, a worker that comes up does."""
+    cluster = await asyncio.to_thread(CliCluster, chdir, 1)
+    (chdir / "flow.iter").write_text(ASKS_THEN_SLOW)
+    asks = {"name": "ask_user_async", "input": {"question": "Red?"}}
+    scenario = {"nodes": {"asker": [{"tool_calls": [asks]}, {"text": "Asked."}]}}
+    (chdir / "scenario.json").write_text(json.dumps(scenario))
+    store = str(chdir / "store")
+    holder = None
+    command = subprocess.Popen(
+        [CLI, "run", "flow.iter", "--scenario", "scenario.json", "--store", store,
+         "--cluster", cluster.address], cwd=chdir, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+
+        async def in_slow() -> bool:
+            return (chdir / "ran.txt").exists()
+
+        await until(in_slow, timeout=60)
+        await asyncio.to_thread(cluster.kill_workers)
+        command.kill()  # it held the file: nobody does now
+        await asyncio.to_thread(command.wait)
+        await asyncio.sleep(11)  # the worker's lease lapses: the run reads interrupted
+        listed = await asyncio.to_thread(_cli, chdir, "runs", "questions", "--store", store,
+                                         "--json")  # fmt: skip
+        (question,) = json.loads(listed.stdout)["interactions"]
+        run_id = question["run_id"]
+        answered = await asyncio.to_thread(
+            _cli, chdir, "runs", "answer", run_id, question["id"], "red", "--store", store
+        )
+        assert answered.returncode == 0, answered.stderr
+        assert answered.stdout == (
+            "answer queued for the agent; the run is interrupted: no cluster worker can take it"
+            f" up while no process holds the store {store}/iterion.duckdb; one does once a"
+            " process holds it"
+            f" (a notebook, JupyterLab, or `iterion-nb resume {run_id} --cluster ADDRESS`)\n"
+        )
+        (chdir / "go").touch()
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, store], cwd=chdir,
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert holder.stdout is not None
+        assert await asyncio.to_thread(holder.stdout.readline) == "ready\n"
+        await asyncio.to_thread(cluster.add_worker)
+
+        async def finished() -> bool:
+            shown = await asyncio.to_thread(_cli, chdir, "runs", "show", run_id,
+                                            "--store", store, "--json")  # fmt: skip
+            return bool(json.loads(shown.stdout)["status"] == "finished")
+
+        await until(finished, timeout=90)
+    finally:
+        if command.poll() is None:
+            command.kill()
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        await asyncio.to_thread(cluster.close)
 
 
 async def test_the_cli_following_a_run_says_nothing_of_dasks_own_when_the_scheduler_dies(

@@ -82,6 +82,7 @@ def test_a_cell_run_on_the_cluster_is_followed_by_its_widget_through_an_answer(
         (question,) = paused["questions"]
         assert question["question"] == "Ship it?" and question["answered_at"] is None
         assert question["run_cluster"] is True  # its card never says "resume it" (workers do)
+        assert ok(shell, "r.widget.cluster") is True  # (nor its header, once interrupted)
         assert paused["states"].get("after", "pending") == "pending"
         # parked: nothing holds it, not this kernel and no worker
         record = ok(shell, "await r.refresh()")

@@ -595,7 +595,8 @@ def test_a_cluster_run_no_worker_is_up_for_says_the_first_worker_takes_it(
             state.wait_for(timeout=60_000)
             assert state.inner_text() == (
                 f"Run {run_id} is interrupted; the first worker of its cluster free to take it"
-                " up does. An answer given now is saved; the agent gets it then."
+                f" up resumes it (with no worker up: {resume_hint(run_id)}). An answer given"
+                " now is saved; the agent gets it then."
             )
             box = card.locator("input.iterion-free-text")
             box.fill("red")
@@ -604,7 +605,8 @@ def test_a_cluster_run_no_worker_is_up_for_says_the_first_worker_takes_it(
             saved.wait_for(timeout=30_000)
             assert saved.inner_text() == (
                 f"Saved — run {run_id} is interrupted; the first worker of its cluster free to"
-                " take it up does, and the agent gets your answer then"
+                " take it up resumes it, and the agent gets your answer then (with no worker"
+                f" up: {resume_hint(run_id)})"
             )
             (root / "go").touch()
             cluster.add_worker()  # takes the run up, which goes on to its gate ...
@@ -619,7 +621,8 @@ def test_a_cluster_run_no_worker_is_up_for_says_the_first_worker_takes_it(
             saved.wait_for(timeout=30_000)
             assert saved.inner_text() == (
                 f"Saved — every answer run {run_id} waits for is in; no worker of its cluster"
-                " has taken it up yet: the first worker free to take it does"
+                " has taken it up yet: the first one free resumes it (with no worker up:"
+                f" {resume_hint(run_id)})"
             )
             time.sleep(3)  # the next pushes (the run still paused) leave it
             assert saved.is_visible()
