@@ -51,6 +51,13 @@ def waits(call_id: str) -> dict[str, Any]:
     return {"tool_calls": [{"name": "await_answers", "id": call_id, "input": {}}]}
 
 
+#: The re-run: the same question and wait, under the new call ids a real model would mint.
+RERUN = {"nodes": {"asker": [
+    {"tool_calls": [ask("toolu_01AskedAgain")]}, waits("toolu_01AwaitSecond"),
+    {"output": {"summary": "done"}},
+]}}  # fmt: skip
+
+
 def killed_while_pausing(tmp_path: Path) -> Any:
     """The store a process left when killed after posting its pause record (its 2nd post)."""
     return killed_after_post(tmp_path, ASKER, {"nodes": {"asker": [
@@ -86,10 +93,7 @@ async def test_answered_before_the_rerun_the_old_pause_is_closed_at_once(
     its one event, while the agent is still working (not at the run's end).
     """
     store = killed_while_pausing(tmp_path)
-    h: Harness = harness_factory({"nodes": {"asker": [
-        {"tool_calls": [ask("toolu_01AskedAgain")]}, waits("toolu_01AwaitSecond"),
-        {"output": {"summary": "done"}},
-    ]}}, store=store)  # fmt: skip
+    h: Harness = harness_factory(RERUN, store=store)
     try:
         before = h.session.run("killed")
         await left_open(before)
@@ -120,10 +124,7 @@ async def test_still_waiting_the_rerun_pauses_on_one_record(
     question resumes the run from the new one, and it finishes.
     """
     store = killed_while_pausing(tmp_path)
-    h: Harness = harness_factory({"nodes": {"asker": [
-        {"tool_calls": [ask("toolu_01AskedAgain")]}, waits("toolu_01AwaitSecond"),
-        {"output": {"summary": "done"}},
-    ]}}, store=store)  # fmt: skip
+    h: Harness = harness_factory(RERUN, store=store)
     try:
         await left_open(h.session.run("killed"))
         resumed = await h.session.resume("killed")
